@@ -1,0 +1,185 @@
+"""One streamed request becomes one ``RequestRecord``. Never raises on request failure.
+
+Timestamps come from an injectable clock (``time.perf_counter`` by default) taken
+when bytes arrive, before parsing. A chunk is *token-bearing* when it carries
+content or reasoning text; role-only, empty and usage-only chunks are not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+
+from perfgate.client.sse import SSEDecoder
+
+Api = Literal["completions", "chat"]
+API_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+ERROR_BODY_LIMIT = 2000
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """Raw facts of one request; every metric is derived from these."""
+
+    index: int
+    start: float
+    end: float = 0.0
+    token_times: list[float] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    text: str = ""
+    reasoning: str = ""
+    error: str | None = None
+    status: int | None = None
+    server_timings: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        """The request completed with a finish reason and no error."""
+        return self.error is None
+
+    @property
+    def ttft(self) -> float | None:
+        """Seconds from sending to the first token-bearing chunk."""
+        return self.token_times[0] - self.start if self.token_times else None
+
+    @property
+    def latency(self) -> float:
+        """Seconds from sending to the end of the stream."""
+        return self.end - self.start
+
+    @property
+    def output_tokens(self) -> int:
+        """Output tokens: the server's usage where given, else token-bearing chunks."""
+        if self.completion_tokens is not None:
+            return self.completion_tokens
+        return len(self.token_times)
+
+
+def request_body(
+    api: Api, model: str, prompt: str, max_tokens: int, **extra: Any
+) -> dict[str, Any]:
+    """A streaming request body with usage reporting switched on."""
+    body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "stream": True,
+                            "stream_options": {"include_usage": True}}
+    if api == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    body.update(extra)
+    return body
+
+
+class _Parser:
+    """Applies parsed chunks to a record; kept apart from I/O so it stays cheap."""
+
+    __slots__ = ("api", "reasoning_fields", "record", "reasoning_parts", "text_parts", "done")
+
+    def __init__(self, record: RequestRecord, api: Api, reasoning_fields: tuple[str, ...]):
+        self.record = record
+        self.api = api
+        self.reasoning_fields = reasoning_fields
+        self.text_parts: list[str] = []
+        self.reasoning_parts: list[str] = []
+        self.done = False
+
+    def event(self, data: str, now: float) -> None:
+        if data == "[DONE]":
+            self.done = True
+            return
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            self.record.error = f"invalid JSON in stream: {data[:200]!r}"
+            self.done = True
+            return
+        if not isinstance(chunk, dict):
+            return
+        if "error" in chunk:
+            self.record.error = f"server error in stream: {json.dumps(chunk['error'])[:500]}"
+            self.done = True
+            return
+        usage = chunk.get("usage")
+        if usage:
+            self.record.prompt_tokens = usage.get("prompt_tokens")
+            self.record.completion_tokens = usage.get("completion_tokens")
+        if "timings" in chunk:
+            self.record.server_timings = chunk["timings"]
+        for choice in chunk.get("choices") or ():
+            if self.api == "chat":
+                delta = choice.get("delta") or {}
+                piece = delta.get("content")
+                thought = None
+                for name in self.reasoning_fields:
+                    thought = delta.get(name) or thought
+            else:
+                piece = choice.get("text")
+                thought = None
+            if piece or thought:
+                self.record.token_times.append(now)
+                if piece:
+                    self.text_parts.append(piece)
+                if thought:
+                    self.reasoning_parts.append(thought)
+            reason = choice.get("finish_reason")
+            if reason:
+                self.record.finish_reason = reason
+
+    def close(self) -> None:
+        self.record.text = "".join(self.text_parts)
+        self.record.reasoning = "".join(self.reasoning_parts)
+        if self.record.error is None and self.record.finish_reason is None:
+            self.record.error = "stream ended without a finish_reason"
+
+
+async def stream_request(
+    client: httpx.AsyncClient,
+    body: dict[str, Any],
+    *,
+    index: int = 0,
+    api: Api = "completions",
+    timeout_s: float = 120.0,
+    reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning"),
+    clock: Callable[[], float] = time.perf_counter,
+) -> RequestRecord:
+    """Send one streaming request and record it. Failures become ``record.error``."""
+    record = RequestRecord(index=index, start=clock())
+    parser = _Parser(record, api, reasoning_fields)
+    decoder = SSEDecoder()
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with client.stream("POST", API_PATHS[api], json=body) as response:
+                record.status = response.status_code
+                if response.status_code >= 400:
+                    raw = await response.aread()
+                    text = raw[:ERROR_BODY_LIMIT].decode(errors="replace")
+                    record.error = f"HTTP {response.status_code}: {text}"
+                else:
+                    async for raw in response.aiter_raw():
+                        now = clock()
+                        for data in decoder.feed(raw):
+                            parser.event(data, now)
+                        if parser.done:
+                            break
+                    if not parser.done:
+                        for data in decoder.finish():
+                            parser.event(data, clock())
+    except TimeoutError:
+        record.error = (
+            f"request deadline of {timeout_s:.1f}s exceeded after "
+            f"{len(record.token_times)} token chunks"
+        )
+    except httpx.HTTPError as exc:
+        record.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    except Exception as exc:  # noqa: BLE001 - a record must come back whatever happens
+        record.error = f"unexpected {type(exc).__name__}: {exc}"
+    record.end = clock()
+    parser.close()
+    return record

@@ -1,0 +1,28 @@
+"""Engine modules: everything perfgate knows about one serving engine lives in one file."""
+
+from __future__ import annotations
+
+from perfgate.engines.base import Engine, flags_from_args, resolve_model_path
+from perfgate.engines.llamacpp import LlamaCpp
+from perfgate.engines.openai import OpenAICompatible
+from perfgate.errors import ProfileError
+
+_ENGINES: dict[str, Engine] = {
+    "llamacpp": LlamaCpp(),
+    "openai": OpenAICompatible(),
+}
+
+
+def get_engine(name: str) -> Engine:
+    """The engine module for a profile's ``engine`` field."""
+    try:
+        return _ENGINES[name]
+    except KeyError:
+        known = ", ".join(sorted(_ENGINES))
+        raise ProfileError(
+            f"engine {name!r} is not supported yet (supported: {known})"
+        ) from None
+
+
+__all__ = ["Engine", "LlamaCpp", "OpenAICompatible", "flags_from_args", "get_engine",
+           "resolve_model_path"]

@@ -1,0 +1,89 @@
+"""What every engine module provides, plus helpers they share."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from perfgate.errors import EngineUnavailable
+from perfgate.profile import ArgValue, ModelSpec, Profile
+
+
+def flags_from_args(args: dict[str, ArgValue]) -> list[str]:
+    """Turn a profile's ``flag = value`` table into command-line arguments.
+
+    ``true`` gives a bare flag, ``false`` omits it, a list repeats it, a table is passed
+    as one JSON argument (e.g. a speculative config). Keys keep their order.
+    """
+    out: list[str] = []
+    for key, value in args.items():
+        flag = key if key.startswith("-") else f"--{key}"
+        if value is True:
+            out.append(flag)
+        elif value is False:
+            continue
+        elif isinstance(value, list):
+            for item in value:
+                out += [flag, str(item)]
+        elif isinstance(value, dict):
+            out += [flag, json.dumps(value, separators=(",", ":"))]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def resolve_model_path(model: ModelSpec) -> str:
+    """The local path of the model weights: ``path`` as given, or ``package.assemble()``."""
+    if model.path:
+        if not Path(model.path).exists():
+            raise EngineUnavailable(f"model path {model.path} does not exist")
+        return model.path
+    if model.package:
+        try:
+            module = importlib.import_module(model.package)
+        except ImportError as exc:
+            raise EngineUnavailable(
+                f"model package {model.package!r} is not installed; "
+                'install it with `pip install -e ".[embedded]"`'
+            ) from exc
+        return str(module.assemble())
+    raise EngineUnavailable(f"model {model.name!r} has neither `path` nor `package`")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An engine's facts. Subclasses override what differs."""
+
+    name: str = "openai"
+    health_path: str | None = "/health"
+    tokenize_path: str | None = None
+    reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning")
+
+    def launch_command(self, profile: Profile, host: str, port: int) -> list[str]:
+        """The argv that starts this engine for the profile."""
+        raise EngineUnavailable(f"engine {self.name!r} cannot be launched; attach with --base-url")
+
+    def tokenize_body(self, text: str, model: str) -> dict[str, Any]:
+        """JSON body for the tokenize endpoint (special tokens included)."""
+        return {"model": model, "prompt": text}
+
+    def detokenize(self, client: httpx.Client, tokens: list[int], model: str) -> str | None:
+        """Text of token ids, or None where the engine has no detokenize endpoint."""
+        return None
+
+    def parse_tokens(self, body: dict[str, Any]) -> list[int]:
+        """Token ids from a tokenize response."""
+        return [int(t if isinstance(t, int) else t["id"]) for t in body["tokens"]]
+
+    def version(self, client: httpx.Client) -> str:
+        """The engine's version as the server reports it, or 'unknown'."""
+        return "unknown"
+
+    def completion_extras(self) -> dict[str, Any]:
+        """Request fields that force exactly ``max_tokens`` of output."""
+        return {"ignore_eos": True}

@@ -1,0 +1,16 @@
+"""A generic OpenAI-compatible endpoint, for attach mode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfgate.engines.base import Engine
+
+
+@dataclass(frozen=True)
+class OpenAICompatible(Engine):
+    """Only the OpenAI API is assumed: no tokenize endpoint, no health path."""
+
+    name: str = "openai"
+    health_path: str | None = None
+    tokenize_path: str | None = None

@@ -1,0 +1,53 @@
+"""Attach to a server that is already running (``--base-url``). Never stops it."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+from perfgate.engines import Engine
+from perfgate.errors import ReadinessTimeout
+from perfgate.launch.base import Clock, Sleep, probe_ready
+
+POLL_INTERVAL_S = 0.5
+
+
+class AttachedBackend:
+    """A server perfgate did not start: no logs, no process, read-only."""
+
+    owned = False
+
+    def __init__(self, base_url: str, *, engine: Engine, model: str) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.engine = engine
+        self.model = model
+
+    def logs(self) -> str:
+        return ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return ""
+
+    def alive(self) -> bool:
+        return True
+
+    def exit_code(self) -> int | None:
+        return None
+
+    def wait_ready(
+        self, timeout_s: float, *, clock: Clock = time.monotonic, sleep: Sleep = time.sleep
+    ) -> None:
+        deadline = clock() + timeout_s
+        with httpx.Client(base_url=self.base_url, timeout=10.0) as client:
+            while (why := probe_ready(client, self.engine, self.model)) is not None:
+                if clock() >= deadline:
+                    raise ReadinessTimeout(
+                        f"server at {self.base_url} not ready after {timeout_s:.0f}s: {why}. "
+                        "Check the URL given to --base-url.",
+                        log_tail="",
+                    )
+                sleep(POLL_INTERVAL_S)
+
+    def stop(self) -> None:
+        """Nothing to do: perfgate does not stop what it did not start."""

@@ -1,0 +1,78 @@
+"""The ``Backend`` handle every launcher returns, and readiness polling they share."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import httpx
+
+from perfgate.engines import Engine
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], None]
+
+
+class Backend(Protocol):
+    """A running (or attached) server that perfgate can measure."""
+
+    base_url: str
+    engine: Engine
+    owned: bool  # True when perfgate started it and must stop it
+
+    def logs(self) -> str:
+        """Everything the server has logged so far ('' when unknown)."""
+        ...
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of the log."""
+        ...
+
+    def alive(self) -> bool:
+        """Whether the server process is still running."""
+        ...
+
+    def exit_code(self) -> int | None:
+        """The server's exit code once it has exited."""
+        ...
+
+    def wait_ready(
+        self, timeout_s: float, *, clock: Clock = time.monotonic, sleep: Sleep = time.sleep
+    ) -> None:
+        """Block until the server answers health and one real generated token."""
+        ...
+
+    def stop(self) -> None:
+        """Stop the server if perfgate started it; idempotent."""
+        ...
+
+
+def probe_ready(client: httpx.Client, engine: Engine, model: str) -> str | None:
+    """One readiness probe. Returns None when ready, else why not (for the timeout message).
+
+    Ready means: the engine's health path answers 200 (where it has one) and a real
+    completion returns at least one generated token.
+    """
+    try:
+        if engine.health_path:
+            health = client.get(engine.health_path)
+            if health.status_code != 200:
+                return f"{engine.health_path} answered {health.status_code}"
+        gen = client.post(
+            "/v1/completions",
+            json={"model": model, "prompt": "Hello", "max_tokens": 1, "temperature": 0},
+        )
+        if gen.status_code != 200:
+            return f"/v1/completions answered {gen.status_code}: {gen.text[:200]}"
+        usage = gen.json().get("usage") or {}
+        if int(usage.get("completion_tokens", 0)) < 1:
+            return "/v1/completions returned no generated token"
+    except (httpx.HTTPError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def tail(text: str, lines: int) -> str:
+    """The last ``lines`` lines of ``text``."""
+    return "\n".join(text.splitlines()[-lines:])

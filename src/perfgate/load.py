@@ -1,0 +1,141 @@
+"""Running load: one level at concurrency C, and a sweep of levels in order.
+
+A level is closed-loop: C workers each send their next request as soon as the
+previous one ends, until N measured requests are done. Warmup requests run first
+and are not measured. All requests of a sweep share one pooled ``httpx.AsyncClient``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from perfgate.client import Api, RequestRecord, request_body, stream_request
+from perfgate.workload import Prompt
+
+OnRecord = Callable[[int, RequestRecord], None]
+ShouldContinue = Callable[["LevelRun"], bool]
+
+
+@dataclass(frozen=True)
+class RequestPlan:
+    """What every request of a run sends (besides its prompt)."""
+
+    api: Api
+    model: str
+    output_len: int
+    request_timeout_s: float
+    extras: dict[str, Any] = field(default_factory=dict)
+    reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning")
+
+
+@dataclass
+class LevelRun:
+    """Raw result of one level: its records and its wall-clock window."""
+
+    concurrency: int
+    records: list[RequestRecord]
+    start: float
+    end: float
+    warmup_records: list[RequestRecord] = field(default_factory=list)
+    deadline_hit: bool = False
+
+    @property
+    def wall_s(self) -> float:
+        """Seconds from the first measured request's start to the last one's end."""
+        return self.end - self.start
+
+
+@dataclass
+class SweepRun:
+    """Levels in the order they ran, and the levels the sweep did not reach."""
+
+    levels: list[LevelRun]
+    not_run: list[int]
+
+
+def pooled_client(base_url: str, max_connections: int, timeout_s: float) -> httpx.AsyncClient:
+    """The one async client a sweep uses: enough pooled connections for the top level."""
+    limits = httpx.Limits(max_connections=max_connections,
+                          max_keepalive_connections=max_connections)
+    return httpx.AsyncClient(base_url=base_url, limits=limits,
+                             timeout=httpx.Timeout(timeout_s, connect=10.0))
+
+
+async def _run_requests(
+    client: httpx.AsyncClient, plan: RequestPlan, prompts: Sequence[Prompt], concurrency: int,
+    deadline: float, clock: Callable[[], float], on_record: OnRecord | None,
+) -> tuple[list[RequestRecord], bool]:
+    records: list[RequestRecord | None] = [None] * len(prompts)
+    next_index = 0
+    deadline_hit = False
+
+    async def worker() -> None:
+        nonlocal next_index, deadline_hit
+        while next_index < len(prompts):
+            i = next_index
+            next_index += 1
+            remaining = deadline - clock()
+            if remaining <= 0:
+                deadline_hit = True
+                records[i] = RequestRecord(index=i, start=clock(), end=clock(),
+                                           error="not run: level deadline exceeded")
+                continue
+            body = request_body(plan.api, plan.model, prompts[i].text, plan.output_len,
+                                **plan.extras)
+            record = await stream_request(
+                client, body, index=i, api=plan.api,
+                timeout_s=min(plan.request_timeout_s, remaining),
+                reasoning_fields=plan.reasoning_fields, clock=clock,
+            )
+            records[i] = record
+            if on_record is not None:
+                on_record(i, record)
+
+    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(prompts)))))
+    return [r for r in records if r is not None], deadline_hit
+
+
+async def run_level(
+    client: httpx.AsyncClient, plan: RequestPlan, prompts: Sequence[Prompt], *,
+    concurrency: int, warmup: int, level_timeout_s: float,
+    clock: Callable[[], float] = time.perf_counter, on_record: OnRecord | None = None,
+) -> LevelRun:
+    """Run ``warmup`` unmeasured requests, then the rest of ``prompts`` at ``concurrency``."""
+    deadline = clock() + level_timeout_s
+    warm, measured = prompts[:warmup], prompts[warmup:]
+    warmup_records, _ = await _run_requests(client, plan, warm, concurrency, deadline, clock,
+                                            None)
+    start = clock()
+    records, deadline_hit = await _run_requests(client, plan, measured, concurrency, deadline,
+                                                clock, on_record)
+    end = max((r.end for r in records), default=start)
+    return LevelRun(concurrency=concurrency, records=records, start=start, end=end,
+                    warmup_records=warmup_records, deadline_hit=deadline_hit)
+
+
+async def run_sweep(
+    base_url: str, plan: RequestPlan, levels: Sequence[int],
+    prompts_for: Callable[[int], Sequence[Prompt]], *,
+    warmup: int, level_timeout_s: float, should_continue: ShouldContinue | None = None,
+    on_record: OnRecord | None = None, on_level: Callable[[LevelRun], None] | None = None,
+) -> SweepRun:
+    """Run levels in order on one pooled client; after each, ask whether to go on."""
+    done: list[LevelRun] = []
+    async with pooled_client(base_url, max(levels), plan.request_timeout_s) as client:
+        for position, concurrency in enumerate(levels):
+            prompts = prompts_for(concurrency)
+            level = await run_level(client, plan, prompts, concurrency=concurrency,
+                                    warmup=warmup, level_timeout_s=level_timeout_s,
+                                    on_record=on_record)
+            done.append(level)
+            if on_level is not None:
+                on_level(level)
+            if should_continue is not None and not should_continue(level):
+                return SweepRun(levels=done, not_run=list(levels[position + 1 :]))
+    return SweepRun(levels=done, not_run=[])

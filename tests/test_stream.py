@@ -1,0 +1,154 @@
+"""The stream client on a mock transport with scripted timings: TTFT/ITL are exact."""
+
+import httpx
+import pytest
+
+from perfgate.client import request_body, stream_request
+from perfgate.metrics import inter_token_latencies, request_tpot
+from tests.scripted import (
+    FakeClock,
+    chat_chunk,
+    client_for,
+    completion_chunk,
+    sse,
+    usage_chunk,
+)
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_completion_ttft_itl_usage_exact():
+    clock = FakeClock(100.0)
+    script = [
+        (100.25, completion_chunk("Hello")),
+        (100.35, completion_chunk(" world")),
+        (100.60, completion_chunk("!", finish="length")),
+        (100.61, usage_chunk(12, 3)),
+        (100.62, sse("[DONE]")),
+    ]
+    seen = []
+    async with client_for(clock, script, seen=seen) as client:
+        body = request_body("completions", "m", "prompt", 3, ignore_eos=True)
+        record = await stream_request(client, body, clock=clock)
+    assert record.ok, record.error
+    assert record.ttft == pytest.approx(0.25)
+    assert inter_token_latencies(record) == pytest.approx([0.10, 0.25])
+    assert record.text == "Hello world!"
+    assert record.finish_reason == "length"
+    assert (record.prompt_tokens, record.completion_tokens) == (12, 3)
+    assert record.latency == pytest.approx(0.62)
+    assert request_tpot(record) == pytest.approx((0.62 - 0.25) / 2)
+    assert seen[0]["stream_options"] == {"include_usage": True}
+    assert seen[0]["ignore_eos"] is True and seen[0]["stream"] is True
+
+
+async def test_role_only_and_empty_chunks_do_not_count_for_ttft():
+    clock = FakeClock(0.0)
+    script = [
+        (0.1, chat_chunk({"role": "assistant"})),
+        (0.2, chat_chunk({"content": ""})),
+        (0.5, chat_chunk({"content": "Hi"})),
+        (0.7, chat_chunk({}, finish="stop")),
+        (0.8, sse("[DONE]")),
+    ]
+    async with client_for(clock, script) as client:
+        record = await stream_request(client, request_body("chat", "m", "p", 8), api="chat",
+                                      clock=clock)
+    assert record.ttft == pytest.approx(0.5)
+    assert record.token_times == [0.5]
+    assert record.finish_reason == "stop"
+    assert record.completion_tokens is None and record.output_tokens == 1
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+async def test_reasoning_chunk_counts_as_first_token(field):
+    clock = FakeClock(0.0)
+    script = [
+        (0.3, chat_chunk({field: "Let me think."})),
+        (0.4, chat_chunk({"content": "42"}, finish="stop")),
+        (0.5, sse("[DONE]")),
+    ]
+    async with client_for(clock, script) as client:
+        record = await stream_request(client, request_body("chat", "m", "p", 8), api="chat",
+                                      clock=clock)
+    assert record.ttft == pytest.approx(0.3)
+    assert record.reasoning == "Let me think."
+    assert record.text == "42"
+
+
+async def test_chunks_split_mid_event_are_stamped_on_completion():
+    clock = FakeClock(0.0)
+    whole = completion_chunk("abc", finish="stop")
+    script = [(0.2, whole[:7]), (0.9, whole[7:]), (1.0, sse("[DONE]"))]
+    async with client_for(clock, script) as client:
+        record = await stream_request(client, request_body("completions", "m", "p", 4),
+                                      clock=clock)
+    assert record.token_times == [0.9]
+
+
+async def test_http_error_becomes_a_failed_record():
+    clock = FakeClock(0.0)
+    script = [(0.1, b'{"error": {"message": "max_tokens must be positive"}}')]
+    async with client_for(clock, script, status=400) as client:
+        record = await stream_request(client, request_body("completions", "m", "p", -1),
+                                      clock=clock)
+    assert not record.ok
+    assert record.status == 400
+    assert "HTTP 400" in record.error and "max_tokens must be positive" in record.error
+
+
+async def test_error_event_in_stream_becomes_a_failed_record():
+    clock = FakeClock(0.0)
+    script = [(0.1, completion_chunk("a")), (0.2, sse({"error": {"message": "boom"}}))]
+    async with client_for(clock, script) as client:
+        record = await stream_request(client, request_body("completions", "m", "p", 4),
+                                      clock=clock)
+    assert not record.ok and "boom" in record.error
+
+
+async def test_stream_cut_before_finish_reason_is_a_failure():
+    clock = FakeClock(0.0)
+    script = [(0.1, completion_chunk("a"))]
+    async with client_for(clock, script) as client:
+        record = await stream_request(client, request_body("completions", "m", "p", 4),
+                                      clock=clock)
+    assert record.error == "stream ended without a finish_reason"
+
+
+async def test_connection_error_never_raises():
+    def refuse(request):
+        raise httpx.ConnectError("connection refused")
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(refuse),
+                                 base_url="http://test") as client:
+        record = await stream_request(client, request_body("completions", "m", "p", 4))
+    assert not record.ok and "ConnectError" in record.error
+
+
+async def test_request_deadline_becomes_a_failed_record():
+    import asyncio
+
+    class Stall(httpx.AsyncByteStream):
+        async def __aiter__(self):
+            yield completion_chunk("a")
+            await asyncio.sleep(10)
+            yield completion_chunk("b", finish="stop")
+
+    def handler(request):
+        return httpx.Response(200, stream=Stall())
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler),
+                                 base_url="http://test") as client:
+        record = await stream_request(client, request_body("completions", "m", "p", 4),
+                                      timeout_s=0.2)
+    assert not record.ok and "deadline" in record.error
+    assert len(record.token_times) == 1
+
+
+async def test_invalid_json_in_stream_is_a_failed_record():
+    clock = FakeClock(0.0)
+    async with client_for(clock, [(0.1, b"data: {not json\n\n")]) as client:
+        record = await stream_request(client, request_body("completions", "m", "p", 4),
+                                      clock=clock)
+    assert not record.ok and "invalid JSON" in record.error
+
