@@ -44,16 +44,19 @@ def chat_chunk(delta: dict, finish: str | None = None) -> bytes:
 
 
 def usage_chunk(prompt: int, completion: int) -> bytes:
-    return sse({"choices": [], "usage": {"prompt_tokens": prompt,
-                                         "completion_tokens": completion}})
+    return sse({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion}})
 
 
-def client_for(clock: FakeClock, script: list[tuple[float, bytes]], status: int = 200,
-               seen: list | None = None) -> httpx.AsyncClient:
+def client_for(
+    clock: FakeClock, script: list[tuple[float, bytes]], status: int = 200, seen: list | None = None
+) -> httpx.AsyncClient:
     def handler(request: httpx.Request) -> httpx.Response:
         if seen is not None:
             seen.append(json.loads(request.content))
-        return httpx.Response(status, stream=ScriptedStream(clock, script),
-                              headers={"content-type": "text/event-stream"})
+        return httpx.Response(
+            status,
+            stream=ScriptedStream(clock, script),
+            headers={"content-type": "text/event-stream"},
+        )
 
     return httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://test")

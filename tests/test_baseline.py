@@ -39,8 +39,13 @@ def test_missing_figure_is_not_a_failure():
     assert check.verdict == "no-baseline" and not check.failed
 
 
-@given(st.floats(0.1, 1e4), st.floats(0.0, 0.9), st.floats(0.0, 2e4), st.floats(0.0, 2e4),
-       st.sampled_from(["higher", "lower"]))
+@given(
+    st.floats(0.1, 1e4),
+    st.floats(0.0, 0.9),
+    st.floats(0.0, 2e4),
+    st.floats(0.0, 2e4),
+    st.sampled_from(["higher", "lower"]),
+)
 def test_worse_never_passes_where_better_failed(value, tol, a, b, direction):
     exp = Expectation(value=value, tolerance=tol, direction=direction)
     better, worse = (max(a, b), min(a, b)) if direction == "higher" else (min(a, b), max(a, b))
@@ -52,14 +57,23 @@ def test_load_missing_returns_none(tmp_path):
     assert load_baseline(tmp_path / "none.json") is None
 
 
-@pytest.mark.parametrize(("content", "needle"), [
-    ("{not json", "not valid JSON"),
-    ('{"schema_version": 2, "profile": "p", "hardware": "h", "metrics": {}}', "schema_version"),
-    ('{"schema_version": 1, "profile": "p", "hardware": "h", "metrics": {"k": '
-     '{"value": 1, "tolerance": -0.1, "direction": "higher"}}}', "metrics.k.tolerance"),
-    ('{"schema_version": 1, "profile": "p", "hardware": "h", "metrics": {"k": '
-     '{"value": 1, "tolerance": 0.1, "direction": "up"}}}', "metrics.k.direction"),
-])
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"schema_version": 2, "profile": "p", "hardware": "h", "metrics": {}}', "schema_version"),
+        (
+            '{"schema_version": 1, "profile": "p", "hardware": "h", "metrics": {"k": '
+            '{"value": 1, "tolerance": -0.1, "direction": "higher"}}}',
+            "metrics.k.tolerance",
+        ),
+        (
+            '{"schema_version": 1, "profile": "p", "hardware": "h", "metrics": {"k": '
+            '{"value": 1, "tolerance": 0.1, "direction": "up"}}}',
+            "metrics.k.direction",
+        ),
+    ],
+)
 def test_bad_baseline_names_file_and_field(tmp_path, content, needle):
     path = tmp_path / "p.json"
     path.write_text(content)

@@ -16,9 +16,15 @@ from perfgate.launch import ProcessBackend, free_port
 
 
 def backend(tmp_path, code, port=None, grace=10.0):
-    return ProcessBackend([sys.executable, "-c", code], engine=OpenAICompatible(), model="m",
-                          host="127.0.0.1", port=port or free_port(), log_path=tmp_path / "s.log",
-                          stop_grace_s=grace)
+    return ProcessBackend(
+        [sys.executable, "-c", code],
+        engine=OpenAICompatible(),
+        model="m",
+        host="127.0.0.1",
+        port=port or free_port(),
+        log_path=tmp_path / "s.log",
+        stop_grace_s=grace,
+    )
 
 
 def gone(pid):
@@ -100,8 +106,14 @@ def test_port_in_use_is_a_clear_error(tmp_path):
 
 def test_missing_executable_is_a_start_error(tmp_path):
     with pytest.raises(BackendStartError, match="could not execute"):
-        ProcessBackend(["/nonexistent/llama-server"], engine=OpenAICompatible(), model="m",
-                       host="127.0.0.1", port=free_port(), log_path=tmp_path / "x.log")
+        ProcessBackend(
+            ["/nonexistent/llama-server"],
+            engine=OpenAICompatible(),
+            model="m",
+            host="127.0.0.1",
+            port=free_port(),
+            log_path=tmp_path / "x.log",
+        )
 
 
 def test_log_goes_to_a_file_with_the_command_line(tmp_path):

@@ -10,9 +10,16 @@ from perfgate.metrics import distribution, level_metrics, percentile
 
 
 def record(index, start, token_times, end, completion=None, error=None, prompt=10):
-    return RequestRecord(index=index, start=start, end=end, token_times=list(token_times),
-                         completion_tokens=completion, prompt_tokens=prompt,
-                         finish_reason=None if error else "length", error=error)
+    return RequestRecord(
+        index=index,
+        start=start,
+        end=end,
+        token_times=list(token_times),
+        completion_tokens=completion,
+        prompt_tokens=prompt,
+        finish_reason=None if error else "length",
+        error=error,
+    )
 
 
 def test_level_metrics_definitions():

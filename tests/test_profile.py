@@ -41,8 +41,16 @@ def test_shipped_profiles_all_validate():
 def test_default_profile_command_line(monkeypatch):
     profile = load_profile(DEFAULT_PROFILE, PROFILES)
     assert flags_from_args(profile.server.args) == [
-        "--threads", "2", "--threads-batch", "2", "--parallel", "4", "--ctx-size", "4096",
-        "--metrics"]
+        "--threads",
+        "2",
+        "--threads-batch",
+        "2",
+        "--parallel",
+        "4",
+        "--ctx-size",
+        "4096",
+        "--metrics",
+    ]
 
 
 def test_unknown_field_is_named(tmp_path):
@@ -66,13 +74,16 @@ def test_bad_toml_is_reported_with_path(tmp_path):
     assert str(path) in str(err.value)
 
 
-@pytest.mark.parametrize(("old", "new", "field"), [
-    ("levels = [1, 2]", "levels = [2, 1]", "workload.levels"),
-    ("levels = [1, 2]", "levels = [0, 1]", "workload.levels"),
-    ("output_len = 4", "output_len = -4", "workload.output_len"),
-    ('engine = "llamacpp"', 'engine = "tgi"', "engine"),
-    ('name = "m"', "", "model.name"),
-])
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("levels = [1, 2]", "levels = [2, 1]", "workload.levels"),
+        ("levels = [1, 2]", "levels = [0, 1]", "workload.levels"),
+        ("output_len = 4", "output_len = -4", "workload.output_len"),
+        ('engine = "llamacpp"', 'engine = "tgi"', "engine"),
+        ('name = "m"', "", "model.name"),
+    ],
+)
 def test_invalid_values_name_the_field(tmp_path, old, new, field):
     text = VALID.format(name="p").replace(old, new)
     with pytest.raises(ProfileError) as err:
@@ -82,7 +93,7 @@ def test_invalid_values_name_the_field(tmp_path, old, new, field):
 
 def test_unknown_profile_lists_known_ones(tmp_path):
     write(tmp_path, VALID.format(name="alpha"), name="alpha")
-    with pytest.raises(ProfileError, match="unknown profile 'beta'.*Known profiles: alpha"):
+    with pytest.raises(ProfileError, match=r"unknown profile 'beta'.*Known profiles: alpha"):
         load_profile("beta", tmp_path)
 
 
@@ -93,11 +104,27 @@ def test_name_must_match_file(tmp_path):
 
 
 def test_flags_from_args_forms():
-    args = {"threads": 2, "metrics": True, "no-webui": False, "lora": ["a", "b"],
-            "speculative-config": {"method": "ngram", "num_speculative_tokens": 3}, "-np": 4}
+    args = {
+        "threads": 2,
+        "metrics": True,
+        "no-webui": False,
+        "lora": ["a", "b"],
+        "speculative-config": {"method": "ngram", "num_speculative_tokens": 3},
+        "-np": 4,
+    }
     assert flags_from_args(args) == [
-        "--threads", "2", "--metrics", "--lora", "a", "--lora", "b",
-        "--speculative-config", '{"method":"ngram","num_speculative_tokens":3}', "-np", "4"]
+        "--threads",
+        "2",
+        "--metrics",
+        "--lora",
+        "a",
+        "--lora",
+        "b",
+        "--speculative-config",
+        '{"method":"ngram","num_speculative_tokens":3}',
+        "-np",
+        "4",
+    ]
 
 
 def test_with_server_args_overrides_a_copy():

@@ -7,22 +7,35 @@ from perfgate.report import HEADER, LevelData, Measurement, RunRecord, load_run,
 
 
 def level(c):
-    records = [RequestRecord(index=i, start=0.0, end=2.0, token_times=[0.5, 1.0, 2.0],
-                             completion_tokens=3, prompt_tokens=8, finish_reason="length")
-               for i in range(c)]
+    records = [
+        RequestRecord(
+            index=i,
+            start=0.0,
+            end=2.0,
+            token_times=[0.5, 1.0, 2.0],
+            completion_tokens=3,
+            prompt_tokens=8,
+            finish_reason="length",
+        )
+        for i in range(c)
+    ]
     return LevelData.from_run(LevelRun(concurrency=c, records=records, start=0.0, end=2.0))
 
 
 def test_header_is_the_seeds_format():
-    assert HEADER == ("   C |  Agg tok/s |  Per-req tok/s |  TTFT(s) |   Tokens |  Wall(s) |"
-                      "   Ok | Fail")
+    assert HEADER == (
+        "   C |  Agg tok/s |  Per-req tok/s |  TTFT(s) |   Tokens |  Wall(s) |   Ok | Fail"
+    )
 
 
 def test_table_rows_and_baseline_columns():
     levels = [level(1).metrics, level(2).metrics]
     plain = render_table("sweep", levels, None).splitlines()
     assert plain[0] == HEADER
-    assert plain[2] == "   1 |       1.50 |           1.50 |    0.500 |        3 |     2.00 |    1 |    0"
+    assert (
+        plain[2]
+        == "   1 |       1.50 |           1.50 |    0.500 |        3 |     2.00 |    1 |    0"
+    )
     base = build_baseline("p", "cpu", {"sweep.c2.agg_tok_s": 2.0}, None, {})
     with_base = render_table("sweep", levels, base, not_run=[4]).splitlines()
     assert "Base agg" in with_base[0] and "Δ agg%" in with_base[0]
@@ -31,9 +44,14 @@ def test_table_rows_and_baseline_columns():
 
 
 def test_run_json_roundtrip_recomputes_the_same_metrics(tmp_path):
-    run = RunRecord(perfgate_version="t", profile={"name": "p"}, profile_digest="d",
-                    engine="llamacpp", launcher="process",
-                    measurements={"sweep": Measurement(levels=[level(2)])})
+    run = RunRecord(
+        perfgate_version="t",
+        profile={"name": "p"},
+        profile_digest="d",
+        engine="llamacpp",
+        launcher="process",
+        measurements={"sweep": Measurement(levels=[level(2)])},
+    )
     path = tmp_path / "run.json"
     run.write(path)
     loaded = load_run(path)

@@ -52,8 +52,9 @@ async def test_role_only_and_empty_chunks_do_not_count_for_ttft():
         (0.8, sse("[DONE]")),
     ]
     async with client_for(clock, script) as client:
-        record = await stream_request(client, request_body("chat", "m", "p", 8), api="chat",
-                                      clock=clock)
+        record = await stream_request(
+            client, request_body("chat", "m", "p", 8), api="chat", clock=clock
+        )
     assert record.ttft == pytest.approx(0.5)
     assert record.token_times == [0.5]
     assert record.finish_reason == "stop"
@@ -69,8 +70,9 @@ async def test_reasoning_chunk_counts_as_first_token(field):
         (0.5, sse("[DONE]")),
     ]
     async with client_for(clock, script) as client:
-        record = await stream_request(client, request_body("chat", "m", "p", 8), api="chat",
-                                      clock=clock)
+        record = await stream_request(
+            client, request_body("chat", "m", "p", 8), api="chat", clock=clock
+        )
     assert record.ttft == pytest.approx(0.3)
     assert record.reasoning == "Let me think."
     assert record.text == "42"
@@ -81,8 +83,7 @@ async def test_chunks_split_mid_event_are_stamped_on_completion():
     whole = completion_chunk("abc", finish="stop")
     script = [(0.2, whole[:7]), (0.9, whole[7:]), (1.0, sse("[DONE]"))]
     async with client_for(clock, script) as client:
-        record = await stream_request(client, request_body("completions", "m", "p", 4),
-                                      clock=clock)
+        record = await stream_request(client, request_body("completions", "m", "p", 4), clock=clock)
     assert record.token_times == [0.9]
 
 
@@ -90,8 +91,9 @@ async def test_http_error_becomes_a_failed_record():
     clock = FakeClock(0.0)
     script = [(0.1, b'{"error": {"message": "max_tokens must be positive"}}')]
     async with client_for(clock, script, status=400) as client:
-        record = await stream_request(client, request_body("completions", "m", "p", -1),
-                                      clock=clock)
+        record = await stream_request(
+            client, request_body("completions", "m", "p", -1), clock=clock
+        )
     assert not record.ok
     assert record.status == 400
     assert "HTTP 400" in record.error and "max_tokens must be positive" in record.error
@@ -101,8 +103,7 @@ async def test_error_event_in_stream_becomes_a_failed_record():
     clock = FakeClock(0.0)
     script = [(0.1, completion_chunk("a")), (0.2, sse({"error": {"message": "boom"}}))]
     async with client_for(clock, script) as client:
-        record = await stream_request(client, request_body("completions", "m", "p", 4),
-                                      clock=clock)
+        record = await stream_request(client, request_body("completions", "m", "p", 4), clock=clock)
     assert not record.ok and "boom" in record.error
 
 
@@ -110,8 +111,7 @@ async def test_stream_cut_before_finish_reason_is_a_failure():
     clock = FakeClock(0.0)
     script = [(0.1, completion_chunk("a"))]
     async with client_for(clock, script) as client:
-        record = await stream_request(client, request_body("completions", "m", "p", 4),
-                                      clock=clock)
+        record = await stream_request(client, request_body("completions", "m", "p", 4), clock=clock)
     assert record.error == "stream ended without a finish_reason"
 
 
@@ -119,8 +119,9 @@ async def test_connection_error_never_raises():
     def refuse(request):
         raise httpx.ConnectError("connection refused")
 
-    async with httpx.AsyncClient(transport=httpx.MockTransport(refuse),
-                                 base_url="http://test") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.MockTransport(refuse), base_url="http://test"
+    ) as client:
         record = await stream_request(client, request_body("completions", "m", "p", 4))
     assert not record.ok and "ConnectError" in record.error
 
@@ -137,10 +138,12 @@ async def test_request_deadline_becomes_a_failed_record():
     def handler(request):
         return httpx.Response(200, stream=Stall())
 
-    async with httpx.AsyncClient(transport=httpx.MockTransport(handler),
-                                 base_url="http://test") as client:
-        record = await stream_request(client, request_body("completions", "m", "p", 4),
-                                      timeout_s=0.2)
+    async with httpx.AsyncClient(
+        transport=httpx.MockTransport(handler), base_url="http://test"
+    ) as client:
+        record = await stream_request(
+            client, request_body("completions", "m", "p", 4), timeout_s=0.2
+        )
     assert not record.ok and "deadline" in record.error
     assert len(record.token_times) == 1
 
@@ -148,7 +151,5 @@ async def test_request_deadline_becomes_a_failed_record():
 async def test_invalid_json_in_stream_is_a_failed_record():
     clock = FakeClock(0.0)
     async with client_for(clock, [(0.1, b"data: {not json\n\n")]) as client:
-        record = await stream_request(client, request_body("completions", "m", "p", 4),
-                                      clock=clock)
+        record = await stream_request(client, request_body("completions", "m", "p", 4), clock=clock)
     assert not record.ok and "invalid JSON" in record.error
-

@@ -48,8 +48,9 @@ class Baseline(BaseModel):
     schema_version: Literal[1] = Field(description="Version of this file's schema.")
     profile: str = Field(description="Profile the figures belong to.")
     hardware: str = Field(description="Hardware label of the profile when recorded.")
-    provenance: dict[str, object] = Field(default_factory=dict,
-                                          description="Where the figures came from.")
+    provenance: dict[str, object] = Field(
+        default_factory=dict, description="Where the figures came from."
+    )
     metrics: dict[str, Expectation] = Field(description="Gated figures by key.")
 
 
@@ -94,8 +95,9 @@ def compare(key: str, measured: float, expectation: Expectation | None) -> Check
     """Judge one figure against its expectation."""
     if expectation is None:
         direction, unit, _ = GATED_FIGURES.get(key.rsplit(".", 1)[-1], ("higher", "", 0.0))
-        return Check(key=key, measured=measured, verdict="no-baseline", direction=direction,
-                     unit=unit)
+        return Check(
+            key=key, measured=measured, verdict="no-baseline", direction=direction, unit=unit
+        )
     value, tol, direction = expectation.value, expectation.tolerance, expectation.direction
     delta = (measured - value) / value * 100.0
     limit = threshold(value, tol, direction)
@@ -108,8 +110,16 @@ def compare(key: str, measured: float, expectation: Expectation | None) -> Check
         verdict = "improved"
     else:
         verdict = "pass"
-    return Check(key=key, measured=measured, verdict=verdict, baseline=value, tolerance=tol,
-                 direction=direction, unit=expectation.unit, delta_pct=delta)
+    return Check(
+        key=key,
+        measured=measured,
+        verdict=verdict,
+        baseline=value,
+        tolerance=tol,
+        direction=direction,
+        unit=expectation.unit,
+        delta_pct=delta,
+    )
 
 
 def figure_key(measurement: str, concurrency: int, figure: str) -> str:
@@ -124,15 +134,20 @@ def gated_figures(measurement: str, level: LevelMetrics) -> dict[str, float]:
         "per_request_tok_s": level.per_request_tok_s.mean,
         "ttft_s": level.ttft_s.mean,
     }
-    return {figure_key(measurement, level.concurrency, name): v
-            for name, v in values.items() if v is not None and v > 0}
+    return {
+        figure_key(measurement, level.concurrency, name): v
+        for name, v in values.items()
+        if v is not None and v > 0
+    }
 
 
 def compare_level(measurement: str, level: LevelMetrics, baseline: Baseline | None) -> list[Check]:
     """Every gated figure of a level, judged."""
     expected = baseline.metrics if baseline else {}
-    return [compare(key, value, expected.get(key))
-            for key, value in gated_figures(measurement, level).items()]
+    return [
+        compare(key, value, expected.get(key))
+        for key, value in gated_figures(measurement, level).items()
+    ]
 
 
 def _field_path(exc: ValidationError) -> str:
@@ -160,7 +175,10 @@ def load_baseline(path: Path) -> Baseline | None:
 
 
 def build_baseline(
-    profile: str, hardware: str, measured: dict[str, float], previous: Baseline | None,
+    profile: str,
+    hardware: str,
+    measured: dict[str, float],
+    previous: Baseline | None,
     provenance: dict[str, object],
 ) -> Baseline:
     """A new baseline from measured figures, keeping earlier tolerances where they exist."""
@@ -168,12 +186,20 @@ def build_baseline(
     for key, value in measured.items():
         direction, unit, default_tol = GATED_FIGURES[key.rsplit(".", 1)[-1]]
         old = previous.metrics.get(key) if previous else None
-        metrics[key] = Expectation(value=round(value, 6),
-                                   tolerance=old.tolerance if old else default_tol,
-                                   direction=direction, unit=unit)
+        metrics[key] = Expectation(
+            value=round(value, 6),
+            tolerance=old.tolerance if old else default_tol,
+            direction=direction,
+            unit=unit,
+        )
     prov = {"recorded_at": datetime.now(UTC).isoformat(timespec="seconds"), **provenance}
-    return Baseline(schema_version=SCHEMA_VERSION, profile=profile, hardware=hardware,
-                    provenance=prov, metrics=metrics)
+    return Baseline(
+        schema_version=SCHEMA_VERSION,
+        profile=profile,
+        hardware=hardware,
+        provenance=prov,
+        metrics=metrics,
+    )
 
 
 def write_json_atomic(path: Path, payload: str) -> None:
@@ -183,6 +209,7 @@ def write_json_atomic(path: Path, payload: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(payload)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

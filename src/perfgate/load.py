@@ -61,15 +61,22 @@ class SweepRun:
 
 def pooled_client(base_url: str, max_connections: int, timeout_s: float) -> httpx.AsyncClient:
     """The one async client a sweep uses: enough pooled connections for the top level."""
-    limits = httpx.Limits(max_connections=max_connections,
-                          max_keepalive_connections=max_connections)
-    return httpx.AsyncClient(base_url=base_url, limits=limits,
-                             timeout=httpx.Timeout(timeout_s, connect=10.0))
+    limits = httpx.Limits(
+        max_connections=max_connections, max_keepalive_connections=max_connections
+    )
+    return httpx.AsyncClient(
+        base_url=base_url, limits=limits, timeout=httpx.Timeout(timeout_s, connect=10.0)
+    )
 
 
 async def _run_requests(
-    client: httpx.AsyncClient, plan: RequestPlan, prompts: Sequence[Prompt], concurrency: int,
-    deadline: float, clock: Callable[[], float], on_record: OnRecord | None,
+    client: httpx.AsyncClient,
+    plan: RequestPlan,
+    prompts: Sequence[Prompt],
+    concurrency: int,
+    deadline: float,
+    clock: Callable[[], float],
+    on_record: OnRecord | None,
 ) -> tuple[list[RequestRecord], bool]:
     records: list[RequestRecord | None] = [None] * len(prompts)
     next_index = 0
@@ -83,15 +90,21 @@ async def _run_requests(
             remaining = deadline - clock()
             if remaining <= 0:
                 deadline_hit = True
-                records[i] = RequestRecord(index=i, start=clock(), end=clock(),
-                                           error="not run: level deadline exceeded")
+                records[i] = RequestRecord(
+                    index=i, start=clock(), end=clock(), error="not run: level deadline exceeded"
+                )
                 continue
-            body = request_body(plan.api, plan.model, prompts[i].text, plan.output_len,
-                                **plan.extras)
+            body = request_body(
+                plan.api, plan.model, prompts[i].text, plan.output_len, **plan.extras
+            )
             record = await stream_request(
-                client, body, index=i, api=plan.api,
+                client,
+                body,
+                index=i,
+                api=plan.api,
                 timeout_s=min(plan.request_timeout_s, remaining),
-                reasoning_fields=plan.reasoning_fields, clock=clock,
+                reasoning_fields=plan.reasoning_fields,
+                clock=clock,
             )
             records[i] = record
             if on_record is not None:
@@ -102,37 +115,61 @@ async def _run_requests(
 
 
 async def run_level(
-    client: httpx.AsyncClient, plan: RequestPlan, prompts: Sequence[Prompt], *,
-    concurrency: int, warmup: int, level_timeout_s: float,
-    clock: Callable[[], float] = time.perf_counter, on_record: OnRecord | None = None,
+    client: httpx.AsyncClient,
+    plan: RequestPlan,
+    prompts: Sequence[Prompt],
+    *,
+    concurrency: int,
+    warmup: int,
+    level_timeout_s: float,
+    clock: Callable[[], float] = time.perf_counter,
+    on_record: OnRecord | None = None,
 ) -> LevelRun:
     """Run ``warmup`` unmeasured requests, then the rest of ``prompts`` at ``concurrency``."""
     deadline = clock() + level_timeout_s
     warm, measured = prompts[:warmup], prompts[warmup:]
-    warmup_records, _ = await _run_requests(client, plan, warm, concurrency, deadline, clock,
-                                            None)
+    warmup_records, _ = await _run_requests(client, plan, warm, concurrency, deadline, clock, None)
     start = clock()
-    records, deadline_hit = await _run_requests(client, plan, measured, concurrency, deadline,
-                                                clock, on_record)
+    records, deadline_hit = await _run_requests(
+        client, plan, measured, concurrency, deadline, clock, on_record
+    )
     end = max((r.end for r in records), default=start)
-    return LevelRun(concurrency=concurrency, records=records, start=start, end=end,
-                    warmup_records=warmup_records, deadline_hit=deadline_hit)
+    return LevelRun(
+        concurrency=concurrency,
+        records=records,
+        start=start,
+        end=end,
+        warmup_records=warmup_records,
+        deadline_hit=deadline_hit,
+    )
 
 
 async def run_sweep(
-    base_url: str, plan: RequestPlan, levels: Sequence[int],
-    prompts_for: Callable[[int], Sequence[Prompt]], *,
-    warmup: int, level_timeout_s: float, should_continue: ShouldContinue | None = None,
-    on_record: OnRecord | None = None, on_level: Callable[[LevelRun], None] | None = None,
+    base_url: str,
+    plan: RequestPlan,
+    levels: Sequence[int],
+    prompts_for: Callable[[int], Sequence[Prompt]],
+    *,
+    warmup: int,
+    level_timeout_s: float,
+    should_continue: ShouldContinue | None = None,
+    on_record: OnRecord | None = None,
+    on_level: Callable[[LevelRun], None] | None = None,
 ) -> SweepRun:
     """Run levels in order on one pooled client; after each, ask whether to go on."""
     done: list[LevelRun] = []
     async with pooled_client(base_url, max(levels), plan.request_timeout_s) as client:
         for position, concurrency in enumerate(levels):
             prompts = prompts_for(concurrency)
-            level = await run_level(client, plan, prompts, concurrency=concurrency,
-                                    warmup=warmup, level_timeout_s=level_timeout_s,
-                                    on_record=on_record)
+            level = await run_level(
+                client,
+                plan,
+                prompts,
+                concurrency=concurrency,
+                warmup=warmup,
+                level_timeout_s=level_timeout_s,
+                on_record=on_record,
+            )
             done.append(level)
             if on_level is not None:
                 on_level(level)

@@ -16,6 +16,7 @@ Definitions (also in the README):
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -50,8 +51,9 @@ class LevelMetrics(BaseModel):
     itl_s: Distribution = Field(description="Gaps between token-bearing chunks.")
     latency_s: Distribution = Field(description="End-to-end request latency.")
     usage_chunk_mismatches: int = Field(
-        0, description="Successful requests whose usage.completion_tokens differs from the "
-        "number of token-bearing chunks (engines may pack several tokens in one chunk)."
+        0,
+        description="Successful requests whose usage.completion_tokens differs from the "
+        "number of token-bearing chunks (engines may pack several tokens in one chunk).",
     )
     errors: list[str] = Field(default_factory=list, description="Distinct error messages.")
 
@@ -71,8 +73,12 @@ def distribution(samples: Sequence[float]) -> Distribution:
     if not samples:
         return Distribution()
     ordered = sorted(samples)
-    return Distribution(mean=sum(ordered) / len(ordered), p50=percentile(ordered, 50),
-                        p99=percentile(ordered, 99), n=len(ordered))
+    return Distribution(
+        mean=sum(ordered) / len(ordered),
+        p50=percentile(ordered, 50),
+        p99=percentile(ordered, 99),
+        n=len(ordered),
+    )
 
 
 def request_tok_s(record: RequestRecord) -> float | None:
@@ -91,7 +97,7 @@ def request_tpot(record: RequestRecord) -> float | None:
 def inter_token_latencies(record: RequestRecord) -> list[float]:
     """Gaps between consecutive token-bearing chunks."""
     times = record.token_times
-    return [b - a for a, b in zip(times, times[1:], strict=False)]
+    return [b - a for a, b in itertools.pairwise(times)]
 
 
 def level_metrics(level: LevelRun) -> LevelMetrics:
@@ -105,14 +111,23 @@ def level_metrics(level: LevelRun) -> LevelMetrics:
     tpot = [v for r in ok if (v := request_tpot(r)) is not None]
     itl = [gap for r in ok for gap in inter_token_latencies(r)]
     prompt_tokens = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
-    mismatches = sum(1 for r in ok if r.completion_tokens is not None
-                     and r.completion_tokens != len(r.token_times))
+    mismatches = sum(
+        1
+        for r in ok
+        if r.completion_tokens is not None and r.completion_tokens != len(r.token_times)
+    )
     return LevelMetrics(
-        concurrency=level.concurrency, ok=len(ok), fail=len(failed), output_tokens=tokens,
+        concurrency=level.concurrency,
+        ok=len(ok),
+        fail=len(failed),
+        output_tokens=tokens,
         input_tokens_mean=sum(prompt_tokens) / len(prompt_tokens) if prompt_tokens else None,
-        wall_s=wall, agg_tok_s=tokens / wall if wall > 0 else 0.0,
-        per_request_tok_s=distribution(tok_s), ttft_s=distribution(ttft),
-        tpot_s=distribution(tpot), itl_s=distribution(itl),
+        wall_s=wall,
+        agg_tok_s=tokens / wall if wall > 0 else 0.0,
+        per_request_tok_s=distribution(tok_s),
+        ttft_s=distribution(ttft),
+        tpot_s=distribution(tpot),
+        itl_s=distribution(itl),
         latency_s=distribution([r.latency for r in ok]),
         usage_chunk_mismatches=mismatches,
         errors=sorted({r.error for r in failed if r.error}),

@@ -23,14 +23,33 @@ SUMMARY_KEY = pytest.StashKey[list[str]]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("perfgate", "perfgate: performance regression gate")
-    group.addoption("--profile", dest="perfgate_profile", default=None, metavar="NAME",
-                    help=f"profile name in profiles/ or a TOML path (default {DEFAULT_PROFILE})")
-    group.addoption("--base-url", dest="perfgate_base_url", default=None, metavar="URL",
-                    help="attach to a running server instead of launching the profile's")
-    group.addoption("--update-baselines", dest="perfgate_update", action="store_true",
-                    help="write baselines/<profile>.json from this run (if it passed)")
-    group.addoption("--perf-output", dest="perfgate_output", default=None, metavar="DIR",
-                    help="where run JSON and server logs go (default .perfgate/)")
+    group.addoption(
+        "--profile",
+        dest="perfgate_profile",
+        default=None,
+        metavar="NAME",
+        help=f"profile name in profiles/ or a TOML path (default {DEFAULT_PROFILE})",
+    )
+    group.addoption(
+        "--base-url",
+        dest="perfgate_base_url",
+        default=None,
+        metavar="URL",
+        help="attach to a running server instead of launching the profile's",
+    )
+    group.addoption(
+        "--update-baselines",
+        dest="perfgate_update",
+        action="store_true",
+        help="write baselines/<profile>.json from this run (if it passed)",
+    )
+    group.addoption(
+        "--perf-output",
+        dest="perfgate_output",
+        default=None,
+        metavar="DIR",
+        help="where run JSON and server logs go (default .perfgate/)",
+    )
     parser.addini("perfgate_profile", "default profile", default=DEFAULT_PROFILE)
     parser.addini("perfgate_profiles_dir", "profiles directory", default="profiles")
     parser.addini("perfgate_baselines_dir", "baselines directory", default="baselines")
@@ -68,9 +87,13 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         profile = load_profile(chosen or config.getini("perfgate_profile"), profiles_dir)
         session = PerfgateSession(
-            profile, root=root, baselines_dir=root / config.getini("perfgate_baselines_dir"),
-            output_dir=Path(output), base_url=config.getoption("perfgate_base_url"),
-            update_baselines=config.getoption("perfgate_update"), progress=_progress(config),
+            profile,
+            root=root,
+            baselines_dir=root / config.getini("perfgate_baselines_dir"),
+            output_dir=Path(output),
+            base_url=config.getoption("perfgate_base_url"),
+            update_baselines=config.getoption("perfgate_update"),
+            progress=_progress(config),
         )
     except PerfgateError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from exc
@@ -83,8 +106,11 @@ def get_session(config: pytest.Config) -> PerfgateSession:
     """The run's session; fails the test clearly where perfgate is not configured."""
     session = config.stash.get(SESSION_KEY, None)
     if session is None:
-        pytest.fail("perfgate is not configured here: no profiles/ directory under the "
-                    "rootdir; pass --profile path/to/profile.toml", pytrace=False)
+        pytest.fail(
+            "perfgate is not configured here: no profiles/ directory under the "
+            "rootdir; pass --profile path/to/profile.toml",
+            pytrace=False,
+        )
     return session
 
 
@@ -131,6 +157,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(perf.table(name))
         terminalreporter.write_line("")
     regressed = [c for c in perf.run.checks if c.failed]
+    judged = [c for c in perf.run.checks if c.verdict != "no-baseline"]
     if regressed:
         terminalreporter.write_line(f"REGRESSIONS ({len(regressed)}):", red=True, bold=True)
         for check in regressed:
@@ -138,13 +165,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     elif perf.run.checks:
         terminalreporter.write_line(
             f"all {len(perf.run.checks)} figures within tolerance of {perf.baseline_path}",
-            green=True)
+            green=True,
+        )
     improved = [c for c in perf.run.checks if c.verdict == "improved"]
     for check in improved:
-        terminalreporter.write_line(f"  improved: {check.message()} (consider "
-                                    "--update-baselines)")
+        terminalreporter.write_line(f"  improved: {check.message()} (consider --update-baselines)")
     if perf.baseline is None and not perf.update_baselines:
-        terminalreporter.write_line(f"no baseline at {perf.baseline_path}: record one with "
-                                    "`pytest -m perf --update-baselines`", yellow=True)
+        terminalreporter.write_line(
+            f"no baseline at {perf.baseline_path}: record one with "
+            "`pytest -m perf --update-baselines`",
+            yellow=True,
+        )
     for line in config.stash.get(SUMMARY_KEY, []):
         terminalreporter.write_line(line)

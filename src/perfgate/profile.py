@@ -72,9 +72,7 @@ class WorkloadSpec(_Strict):
     input_len: int = Field(gt=0, description="Prompt length in tokens, as the server counts.")
     output_len: int = Field(gt=0, description="Output length in tokens, forced with ignore_eos.")
     levels: list[int] = Field(min_length=1, description="Concurrency levels of the sweep.")
-    rounds: int = Field(
-        3, ge=1, description="Measured requests per level = rounds x concurrency."
-    )
+    rounds: int = Field(3, ge=1, description="Measured requests per level = rounds x concurrency.")
     single_requests: int = Field(5, ge=1, description="Sequential single-request measurements.")
     warmup: int = Field(1, ge=0, description="Warmup requests before each level (unmeasured).")
     seed: int = Field(0, description="Seed of the random prompts.")

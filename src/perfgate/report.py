@@ -14,8 +14,10 @@ from perfgate.load import LevelRun
 from perfgate.metrics import LevelMetrics, level_metrics
 
 RUN_SCHEMA_VERSION = 1
-HEADER = (f"{'C':>4} | {'Agg tok/s':>10} | {'Per-req tok/s':>14} | {'TTFT(s)':>8} | "
-          f"{'Tokens':>8} | {'Wall(s)':>8} | {'Ok':>4} | {'Fail':>4}")
+HEADER = (
+    f"{'C':>4} | {'Agg tok/s':>10} | {'Per-req tok/s':>14} | {'TTFT(s)':>8} | "
+    f"{'Tokens':>8} | {'Wall(s)':>8} | {'Ok':>4} | {'Fail':>4}"
+)
 BASELINE_HEADER = f" | {'Base agg':>9} | {'Δ agg%':>7} | {'Base per-req':>12} | {'Δ per-req%':>10}"
 
 
@@ -33,15 +35,27 @@ class LevelData(BaseModel):
     @classmethod
     def from_run(cls, level: LevelRun) -> LevelData:
         """Keep a level's raw records with its metrics."""
-        return cls(concurrency=level.concurrency, start=level.start, end=level.end,
-                   deadline_hit=level.deadline_hit, warmup_requests=len(level.warmup_records),
-                   records=level.records, metrics=level_metrics(level))
+        return cls(
+            concurrency=level.concurrency,
+            start=level.start,
+            end=level.end,
+            deadline_hit=level.deadline_hit,
+            warmup_requests=len(level.warmup_records),
+            records=level.records,
+            metrics=level_metrics(level),
+        )
 
     def recomputed(self) -> LevelMetrics:
         """Metrics recomputed from the stored records."""
-        return level_metrics(LevelRun(concurrency=self.concurrency, records=self.records,
-                                      start=self.start, end=self.end,
-                                      deadline_hit=self.deadline_hit))
+        return level_metrics(
+            LevelRun(
+                concurrency=self.concurrency,
+                records=self.records,
+                start=self.start,
+                end=self.end,
+                deadline_hit=self.deadline_hit,
+            )
+        )
 
 
 class Measurement(BaseModel):
@@ -56,8 +70,7 @@ class RunRecord(BaseModel):
 
     schema_version: int = RUN_SCHEMA_VERSION
     perfgate_version: str
-    created_at: str = Field(
-        default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     status: str = Field("running", description="running, passed, failed or interrupted.")
     profile: dict[str, Any]
     profile_digest: str
@@ -91,23 +104,31 @@ def _delta(measured: float | None, base: float | None) -> str:
     return f"{(measured - base) / base * 100:+.1f}"
 
 
-def render_table(measurement: str, levels: list[LevelMetrics], baseline: Baseline | None,
-                 not_run: list[int] | None = None) -> str:
+def render_table(
+    measurement: str,
+    levels: list[LevelMetrics],
+    baseline: Baseline | None,
+    not_run: list[int] | None = None,
+) -> str:
     """The concurrency table, one row per level, with baseline and Δ% where one exists."""
     expected = baseline.metrics if baseline else {}
     header = HEADER + (BASELINE_HEADER if baseline else "")
     lines = [header, "-" * len(header)]
     for m in levels:
-        row = (f"{m.concurrency:>4} | {m.agg_tok_s:>10.2f} | "
-               f"{_fmt(m.per_request_tok_s.mean, 14, 2)} | {_fmt(m.ttft_s.mean, 8, 3)} | "
-               f"{m.output_tokens:>8} | {m.wall_s:>8.2f} | {m.ok:>4} | {m.fail:>4}")
+        row = (
+            f"{m.concurrency:>4} | {m.agg_tok_s:>10.2f} | "
+            f"{_fmt(m.per_request_tok_s.mean, 14, 2)} | {_fmt(m.ttft_s.mean, 8, 3)} | "
+            f"{m.output_tokens:>8} | {m.wall_s:>8.2f} | {m.ok:>4} | {m.fail:>4}"
+        )
         if baseline:
             agg = expected.get(figure_key(measurement, m.concurrency, "agg_tok_s"))
             per = expected.get(figure_key(measurement, m.concurrency, "per_request_tok_s"))
             agg_v = agg.value if agg else None
             per_v = per.value if per else None
-            row += (f" | {_fmt(agg_v, 9, 2)} | {_delta(m.agg_tok_s, agg_v):>7} | "
-                    f"{_fmt(per_v, 12, 2)} | {_delta(m.per_request_tok_s.mean, per_v):>10}")
+            row += (
+                f" | {_fmt(agg_v, 9, 2)} | {_delta(m.agg_tok_s, agg_v):>7} | "
+                f"{_fmt(per_v, 12, 2)} | {_delta(m.per_request_tok_s.mean, per_v):>10}"
+            )
         lines.append(row)
     for c in not_run or []:
         lines.append(f"{c:>4} | {'not run':>10} |")

@@ -29,7 +29,7 @@ from perfgate.baseline import (
 )
 from perfgate.client import RequestRecord
 from perfgate.engines import Engine, get_engine
-from perfgate.errors import BackendError
+from perfgate.errors import BackendError, WorkloadError
 from perfgate.launch import AttachedBackend, Backend, describe_local_hardware, launch_process
 from perfgate.load import LevelRun, RequestPlan, run_sweep
 from perfgate.profile import Profile
@@ -42,8 +42,14 @@ Progress = Callable[[str], None]
 def git_commit(root: Path) -> str | None:
     """The project's current commit, where it is a git checkout."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
-                             text=True, timeout=5, check=False)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None
@@ -53,8 +59,14 @@ class PerfgateSession:
     """State of one run. Create with a validated profile; call ``start_backend`` lazily."""
 
     def __init__(
-        self, profile: Profile, *, root: Path, baselines_dir: Path, output_dir: Path,
-        base_url: str | None = None, update_baselines: bool = False,
+        self,
+        profile: Profile,
+        *,
+        root: Path,
+        baselines_dir: Path,
+        output_dir: Path,
+        base_url: str | None = None,
+        update_baselines: bool = False,
         progress: Progress = print,
     ) -> None:
         self.profile = profile
@@ -73,9 +85,12 @@ class PerfgateSession:
         self.backend_error: BackendError | None = None
         self.correctness_failures: list[str] = []
         self.run = RunRecord(
-            perfgate_version=__version__, profile=profile.model_dump(mode="json"),
-            profile_digest=profile.digest(), engine=profile.engine,
-            launcher="attach" if base_url else profile.launcher, git_commit=git_commit(root),
+            perfgate_version=__version__,
+            profile=profile.model_dump(mode="json"),
+            profile_digest=profile.digest(),
+            engine=profile.engine,
+            launcher="attach" if base_url else profile.launcher,
+            git_commit=git_commit(root),
         )
 
     # -- backend -----------------------------------------------------------------------
@@ -98,8 +113,9 @@ class PerfgateSession:
         with httpx.Client(base_url=backend.base_url, timeout=10.0) as client:
             self.run.engine_version = self.engine.version(client)
         self.run.base_url = backend.base_url
-        self.progress(f"perfgate: {self.engine.name} {self.run.engine_version} ready at "
-                      f"{backend.base_url}")
+        self.progress(
+            f"perfgate: {self.engine.name} {self.run.engine_version} ready at {backend.base_url}"
+        )
         return backend
 
     def _launch(self) -> Backend:
@@ -108,12 +124,12 @@ class PerfgateSession:
             self.run.hardware = {"label": self.profile.hardware, "host": "attached"}
             return AttachedBackend(self.base_url, engine=self.engine, model=model)
         if self.profile.launcher == "attach":
-            raise BackendError(f"profile {self.profile.name} attaches to a running server: "
-                               "pass --base-url URL")
+            raise BackendError(
+                f"profile {self.profile.name} attaches to a running server: pass --base-url URL"
+            )
         self.run.hardware = {"label": self.profile.hardware, **describe_local_hardware()}
         self.progress(f"perfgate: starting {self.engine.name} for profile {self.profile.name}")
-        return launch_process(self.profile, self.engine, self.output_dir / "logs",
-                              owner=self.owner)
+        return launch_process(self.profile, self.engine, self.output_dir / "logs", owner=self.owner)
 
     def stop_backend(self) -> None:
         """Stop the backend if perfgate started it."""
@@ -125,17 +141,21 @@ class PerfgateSession:
         if self.backend is None:
             return ""
         state = "alive" if self.backend.alive() else f"exited ({self.backend.exit_code()})"
-        log = self.backend.log_tail(25)
+        log = self.backend.log_tail(15)
         return f"server {state}" + (f"; last log lines:\n{log}" if log else "")
 
     # -- measuring ---------------------------------------------------------------------
     def plan(self) -> RequestPlan:
         """What each measured request sends."""
         w = self.profile.workload
-        return RequestPlan(api=w.api, model=self.profile.model.name, output_len=w.output_len,
-                           request_timeout_s=self.profile.timeouts.request_s,
-                           extras={"temperature": 0, **self.engine.completion_extras()},
-                           reasoning_fields=self.engine.reasoning_fields)
+        return RequestPlan(
+            api=w.api,
+            model=self.profile.model.name,
+            output_len=w.output_len,
+            request_timeout_s=self.profile.timeouts.request_s,
+            extras={"temperature": 0, **self.engine.completion_extras()},
+            reasoning_fields=self.engine.reasoning_fields,
+        )
 
     def _prompts(self, name: str, concurrency: int, count: int) -> list[Prompt]:
         w = self.profile.workload
@@ -145,8 +165,9 @@ class PerfgateSession:
             seed = random.Random(f"{w.seed}:{name}:{concurrency}").getrandbits(32)
             return build_prompts(tokenizer, count, w.input_len, seed)
 
-    def measure(self, name: str, levels: Sequence[int], requests_at: Callable[[int], int]
-                ) -> Measurement:
+    def measure(
+        self, name: str, levels: Sequence[int], requests_at: Callable[[int], int]
+    ) -> Measurement:
         """Run levels in order; record each as it completes (the run JSON survives aborts)."""
         backend = self.start_backend()
         warmup = self.profile.workload.warmup
@@ -156,9 +177,11 @@ class PerfgateSession:
 
         def prompts_for(c: int) -> list[Prompt]:
             total = requests_at(c)
-            self.progress(f"perfgate: {name} C={c}: {total} requests "
-                          f"({self.profile.workload.input_len} in / "
-                          f"{self.profile.workload.output_len} out tokens, {warmup} warmup)")
+            self.progress(
+                f"perfgate: {name} C={c}: {total} requests "
+                f"({self.profile.workload.input_len} in / "
+                f"{self.profile.workload.output_len} out tokens, {warmup} warmup)"
+            )
             done["n"] = 0
             return self._prompts(name, c, total + warmup)
 
@@ -171,9 +194,11 @@ class PerfgateSession:
             data = LevelData.from_run(level)
             measurement.levels.append(data)
             m = data.metrics
-            self.progress(f"perfgate: {name} C={m.concurrency}: {m.agg_tok_s:.1f} tok/s agg, "
-                          f"{m.per_request_tok_s.mean or 0:.1f} tok/s per request, "
-                          f"ok {m.ok}, fail {m.fail}, wall {m.wall_s:.1f}s")
+            self.progress(
+                f"perfgate: {name} C={m.concurrency}: {m.agg_tok_s:.1f} tok/s agg, "
+                f"{m.per_request_tok_s.mean or 0:.1f} tok/s per request, "
+                f"ok {m.ok}, fail {m.fail}, wall {m.wall_s:.1f}s"
+            )
             self.save_run()
 
         def should_continue(level: LevelRun) -> bool:
@@ -182,19 +207,39 @@ class PerfgateSession:
                 return False
             return True
 
-        sweep = asyncio.run(run_sweep(
-            backend.base_url, self.plan(), levels, prompts_for,
-            warmup=warmup, level_timeout_s=self.profile.timeouts.level_s,
-            should_continue=should_continue, on_record=on_record, on_level=on_level,
-        ))
+        try:
+            sweep = asyncio.run(
+                run_sweep(
+                    backend.base_url,
+                    self.plan(),
+                    levels,
+                    prompts_for,
+                    warmup=warmup,
+                    level_timeout_s=self.profile.timeouts.level_s,
+                    should_continue=should_continue,
+                    on_record=on_record,
+                    on_level=on_level,
+                )
+            )
+        except WorkloadError as exc:
+            ran = {lv.concurrency for lv in measurement.levels}
+            measurement.not_run = [c for c in levels if c not in ran]
+            self.save_run()
+            raise BackendError(
+                f"{name}: could not prepare the next level ({exc}); levels not run: "
+                f"{measurement.not_run}. {self.evidence()}"
+            ) from exc
         measurement.not_run = sweep.not_run
         self.save_run()
         return measurement
 
     def judge(self, name: str) -> list[Check]:
         """Compare a measurement's figures with the baseline and remember the checks."""
-        checks = [check for level in self.run.measurements[name].levels
-                  for check in compare_level(name, level.metrics, self.baseline)]
+        checks = [
+            check
+            for level in self.run.measurements[name].levels
+            for check in compare_level(name, level.metrics, self.baseline)
+        ]
         self.run.checks.extend(checks)
         self.save_run()
         return checks
@@ -216,8 +261,10 @@ class PerfgateSession:
     def record_baseline(self) -> list[str]:
         """Write a new baseline from this run; returns the lines to print."""
         if self.correctness_failures:
-            return [f"perfgate: baseline NOT updated: correctness failed "
-                    f"({'; '.join(self.correctness_failures)})"]
+            return [
+                f"perfgate: baseline NOT updated: correctness failed "
+                f"({'; '.join(self.correctness_failures)})"
+            ]
         if (failed := self.failed_requests()) or not self.run.measurements:
             why = f"{failed} requests failed" if failed else "nothing was measured"
             return [f"perfgate: baseline NOT updated: {why}"]
@@ -227,22 +274,35 @@ class PerfgateSession:
         for name, m in self.run.measurements.items():
             for level in m.levels:
                 measured.update(gated_figures(name, level.metrics))
-        new = build_baseline(self.profile.name, self.profile.hardware, measured, self.baseline,
-                             provenance={
-                                 "perfgate_version": __version__,
-                                 "git_commit": self.run.git_commit,
-                                 "profile_digest": self.run.profile_digest,
-                                 "engine": self.run.engine,
-                                 "engine_version": self.run.engine_version,
-                                 "model": self.profile.model.name,
-                                 "hardware": self.run.hardware,
-                                 "run_json": str(self.run_path),
-                             })
+        new = build_baseline(
+            self.profile.name,
+            self.profile.hardware,
+            measured,
+            self.baseline,
+            provenance={
+                "perfgate_version": __version__,
+                "git_commit": self.run.git_commit,
+                "profile_digest": self.run.profile_digest,
+                "engine": self.run.engine,
+                "engine_version": self.run.engine_version,
+                "model": self.profile.model.name,
+                "hardware": self.run.hardware,
+                "run_json": str(self.run_path),
+            },
+        )
         save_baseline(self.baseline_path, new)
-        lines = [f"perfgate: baseline written to {self.baseline_path}:",
-                 *diff_lines(self.baseline, new)]
+        lines = [
+            f"perfgate: baseline written to {self.baseline_path}:",
+            *diff_lines(self.baseline, new),
+        ]
         self.baseline = new
         return lines
+
+    def _relative(self, path: Path) -> str:
+        try:
+            return str(path.resolve().relative_to(self.root.resolve()))
+        except ValueError:
+            return str(path)
 
     def finish(self, status: str) -> None:
         """Final status into the run JSON."""

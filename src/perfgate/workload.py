@@ -113,9 +113,7 @@ def exact_prompt(tokenizer: Tokenizer, rng: random.Random, input_len: int) -> Pr
     return Prompt(text=text, tokens=count)
 
 
-def build_prompts(
-    tokenizer: Tokenizer, count: int, input_len: int, seed: int
-) -> list[Prompt]:
+def build_prompts(tokenizer: Tokenizer, count: int, input_len: int, seed: int) -> list[Prompt]:
     """``count`` distinct seeded prompts of exactly ``input_len`` tokens."""
     rng = random.Random(seed)
     return [exact_prompt(tokenizer, rng, input_len) for _ in range(count)]

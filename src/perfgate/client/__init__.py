@@ -4,5 +4,12 @@ from perfgate.client.simple import SimpleClient
 from perfgate.client.sse import SSEDecoder
 from perfgate.client.stream import API_PATHS, Api, RequestRecord, request_body, stream_request
 
-__all__ = ["API_PATHS", "Api", "RequestRecord", "SSEDecoder", "SimpleClient", "request_body",
-           "stream_request"]
+__all__ = [
+    "API_PATHS",
+    "Api",
+    "RequestRecord",
+    "SSEDecoder",
+    "SimpleClient",
+    "request_body",
+    "stream_request",
+]

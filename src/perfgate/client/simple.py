@@ -13,15 +13,22 @@ from perfgate.client.stream import API_PATHS, Api, RequestRecord, request_body, 
 class SimpleClient:
     """Blocking one-off requests against a server: plain JSON or one streamed record."""
 
-    def __init__(self, base_url: str, model: str, *, timeout_s: float = 120.0,
-                 reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning")) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        timeout_s: float = 120.0,
+        reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning"),
+    ) -> None:
         self.base_url = base_url
         self.model = model
         self.timeout_s = timeout_s
         self.reasoning_fields = reasoning_fields
 
-    def complete(self, prompt: str, *, api: Api = "completions", max_tokens: int = 16,
-                 **params: Any) -> dict[str, Any]:
+    def complete(
+        self, prompt: str, *, api: Api = "completions", max_tokens: int = 16, **params: Any
+    ) -> dict[str, Any]:
         """A non-streamed request; returns the response JSON (raises on HTTP errors)."""
         body = request_body(api, self.model, prompt, max_tokens, **params)
         body["stream"] = False
@@ -31,14 +38,20 @@ class SimpleClient:
             response.raise_for_status()
             return dict(response.json())
 
-    def stream(self, prompt: str, *, api: Api = "completions", max_tokens: int = 16,
-               **params: Any) -> RequestRecord:
+    def stream(
+        self, prompt: str, *, api: Api = "completions", max_tokens: int = 16, **params: Any
+    ) -> RequestRecord:
         """A streamed request, recorded like a measured one."""
         body = request_body(api, self.model, prompt, max_tokens, **params)
 
         async def once() -> RequestRecord:
             async with httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout_s) as c:
-                return await stream_request(c, body, api=api, timeout_s=self.timeout_s,
-                                            reasoning_fields=self.reasoning_fields)
+                return await stream_request(
+                    c,
+                    body,
+                    api=api,
+                    timeout_s=self.timeout_s,
+                    reasoning_fields=self.reasoning_fields,
+                )
 
         return asyncio.run(once())

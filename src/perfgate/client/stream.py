@@ -67,8 +67,12 @@ def request_body(
     api: Api, model: str, prompt: str, max_tokens: int, **extra: Any
 ) -> dict[str, Any]:
     """A streaming request body with usage reporting switched on."""
-    body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "stream": True,
-                            "stream_options": {"include_usage": True}}
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     if api == "chat":
         body["messages"] = [{"role": "user", "content": prompt}]
     else:
@@ -80,9 +84,9 @@ def request_body(
 class _Parser:
     """Applies parsed chunks to a record; kept apart from I/O so it stays cheap."""
 
-    __slots__ = ("api", "reasoning_fields", "record", "reasoning_parts", "text_parts", "done")
+    __slots__ = ("api", "done", "reasoning_fields", "reasoning_parts", "record", "text_parts")
 
-    def __init__(self, record: RequestRecord, api: Api, reasoning_fields: tuple[str, ...]):
+    def __init__(self, record: RequestRecord, api: Api, reasoning_fields: tuple[str, ...]) -> None:
         self.record = record
         self.api = api
         self.reasoning_fields = reasoning_fields
@@ -177,8 +181,8 @@ async def stream_request(
             f"{len(record.token_times)} token chunks"
         )
     except httpx.HTTPError as exc:
-        record.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    except Exception as exc:  # noqa: BLE001 - a record must come back whatever happens
+        record.error = f"{type(exc).__name__}: {exc or 'connection lost'}"
+    except Exception as exc:
         record.error = f"unexpected {type(exc).__name__}: {exc}"
     record.end = clock()
     parser.close()

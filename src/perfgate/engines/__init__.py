@@ -19,10 +19,14 @@ def get_engine(name: str) -> Engine:
         return _ENGINES[name]
     except KeyError:
         known = ", ".join(sorted(_ENGINES))
-        raise ProfileError(
-            f"engine {name!r} is not supported yet (supported: {known})"
-        ) from None
+        raise ProfileError(f"engine {name!r} is not supported yet (supported: {known})") from None
 
 
-__all__ = ["Engine", "LlamaCpp", "OpenAICompatible", "flags_from_args", "get_engine",
-           "resolve_model_path"]
+__all__ = [
+    "Engine",
+    "LlamaCpp",
+    "OpenAICompatible",
+    "flags_from_args",
+    "get_engine",
+    "resolve_model_path",
+]

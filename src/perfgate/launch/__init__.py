@@ -5,5 +5,11 @@ from perfgate.launch.base import Backend
 from perfgate.launch.hardware import describe_local_hardware
 from perfgate.launch.process import ProcessBackend, free_port, launch_process
 
-__all__ = ["AttachedBackend", "Backend", "ProcessBackend", "describe_local_hardware",
-           "free_port", "launch_process"]
+__all__ = [
+    "AttachedBackend",
+    "Backend",
+    "ProcessBackend",
+    "describe_local_hardware",
+    "free_port",
+    "launch_process",
+]

@@ -17,4 +17,9 @@ def describe_local_hardware() -> dict[str, str | int]:
                 break
     except OSError:
         pass
-    return {"cpu": model, "cpus": os.cpu_count() or 0, "gpus": "none", "machine": platform.machine()}
+    return {
+        "cpu": model,
+        "cpus": os.cpu_count() or 0,
+        "gpus": "none",
+        "machine": platform.machine(),
+    }

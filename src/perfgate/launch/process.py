@@ -45,8 +45,16 @@ class ProcessBackend:
     owned = True
 
     def __init__(
-        self, argv: list[str], *, engine: Engine, model: str, host: str, port: int,
-        log_path: Path, env: dict[str, str] | None = None, stop_grace_s: float = 10.0,
+        self,
+        argv: list[str],
+        *,
+        engine: Engine,
+        model: str,
+        host: str,
+        port: int,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        stop_grace_s: float = 10.0,
         owner: str = "perfgate",
     ) -> None:
         self.engine = engine
@@ -67,8 +75,12 @@ class ProcessBackend:
             log.flush()
             try:
                 self._proc = subprocess.Popen(
-                    argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env=full_env, start_new_session=True,
+                    argv,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=full_env,
+                    start_new_session=True,
                 )
             except OSError as exc:
                 raise BackendStartError(
@@ -109,7 +121,8 @@ class ProcessBackend:
                     raise BackendStartError(
                         f"{self.engine.name} server exited with code {code} while starting "
                         f"(log: {self.log_path}). Last log lines:\n{self.log_tail(30)}",
-                        exit_code=code, log_tail=self.log_tail(30),
+                        exit_code=code,
+                        log_tail=self.log_tail(30),
                     )
                 last = probe_ready(c, self.engine, self.model) or ""
                 if not last:
@@ -161,9 +174,15 @@ def launch_process(
     port = profile.server.port or free_port(host)
     argv = engine.launch_command(profile, host, port)
     return ProcessBackend(
-        argv, engine=engine, model=profile.model.name, host=host, port=port,
-        log_path=log_dir / f"{profile.name}-{port}.log", env=dict(profile.server.env),
-        stop_grace_s=profile.timeouts.stop_grace_s, owner=owner,
+        argv,
+        engine=engine,
+        model=profile.model.name,
+        host=host,
+        port=port,
+        log_path=log_dir / f"{profile.name}-{port}.log",
+        env=dict(profile.server.env),
+        stop_grace_s=profile.timeouts.stop_grace_s,
+        owner=owner,
     )
 
 

