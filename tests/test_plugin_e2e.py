@@ -38,7 +38,9 @@ def test_perf_gate_fails_when_the_server_really_is_slower(tmp_path):
     """
     slow = profile_toml(
         {
-            "threads = 2, threads-batch = 2, parallel = 4": "threads = 1, threads-batch = 1, parallel = 1"
+            "threads = 2, threads-batch = 2, parallel = 4": (
+                "threads = 1, threads-batch = 1, parallel = 1"
+            )
         },
         tmp_path,
     )

@@ -45,10 +45,8 @@ def _report(args: argparse.Namespace) -> int:
         f"{run.engine_version}, status {run.status}"
     )
     for name, measurement in run.measurements.items():
-        print(
-            f"[{name}] (metrics recomputed from {sum(len(lv.records) for lv in measurement.levels)} "
-            "raw records)"
-        )
+        records = sum(len(lv.records) for lv in measurement.levels)
+        print(f"[{name}] (metrics recomputed from {records} raw records)")
         print(
             render_table(
                 name, [lv.recomputed() for lv in measurement.levels], None, measurement.not_run

@@ -162,9 +162,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"REGRESSIONS ({len(regressed)}):", red=True, bold=True)
         for check in regressed:
             terminalreporter.write_line(f"  {check.message()}", red=True)
-    elif perf.run.checks:
+    elif judged:
         terminalreporter.write_line(
-            f"all {len(perf.run.checks)} figures within tolerance of {perf.baseline_path}",
+            f"all {len(judged)} figures within tolerance of {perf.baseline_path}",
             green=True,
         )
     improved = [c for c in perf.run.checks if c.verdict == "improved"]

@@ -98,14 +98,17 @@ def exact_prompt(tokenizer: Tokenizer, rng: random.Random, input_len: int) -> Pr
             break
         n, count = n + 1, more
     text = " ".join(words[:n])
+    if count > input_len:  # even one random word is too long: start from pad words alone
+        text, count = "", tokenizer.count("")
     for pad in PAD_WORDS * 4:  # close a gap with one-token words
         if count == input_len or steps >= MAX_ADJUST_STEPS:
             break
-        padded = tokenizer.count(text + pad)
+        candidate = text + pad if text else pad.strip()
+        padded = tokenizer.count(candidate)
         steps += 1
         if padded <= input_len:
-            text, count = text + pad, padded
-    if count != input_len:
+            text, count = candidate, padded
+    if count != input_len or not text:
         raise WorkloadError(
             f"could not build a prompt of exactly {input_len} tokens (closest: {count}); "
             "the smallest possible prompt may already be longer (special tokens)"
