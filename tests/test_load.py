@@ -49,8 +49,14 @@ def prompts(n):
 async def test_level_holds_concurrency_and_excludes_warmup(concurrency):
     t = tracker()
     async with client(t) as c:
-        level = await run_level(c, PLAN, prompts(2 + 3 * concurrency), concurrency=concurrency,
-                                warmup=2, level_timeout_s=30)
+        level = await run_level(
+            c,
+            PLAN,
+            prompts(2 + 3 * concurrency),
+            concurrency=concurrency,
+            warmup=2,
+            level_timeout_s=30,
+        )
     assert t["peak"] == concurrency
     assert len(level.warmup_records) == 2 and len(level.records) == 3 * concurrency
     assert all(r.ok for r in level.records)
@@ -63,8 +69,7 @@ async def test_level_holds_concurrency_and_excludes_warmup(concurrency):
 async def test_level_deadline_marks_unstarted_requests_as_not_run():
     t = tracker()
     async with client(t, delay=0.3) as c:
-        level = await run_level(c, PLAN, prompts(10), concurrency=1, warmup=0,
-                                level_timeout_s=0.5)
+        level = await run_level(c, PLAN, prompts(10), concurrency=1, warmup=0, level_timeout_s=0.5)
     assert level.deadline_hit
     errors = [r.error for r in level.records if not r.ok]
     assert len(level.records) == 10
@@ -81,10 +86,17 @@ def test_sweep_runs_levels_in_order_and_can_stop_early(monkeypatch):
         return client(t)
 
     monkeypatch.setattr("perfgate.load.pooled_client", fake_pool)
-    sweep = asyncio.run(run_sweep(
-        "http://t", PLAN, [1, 2, 4, 8], lambda c: prompts(c), warmup=0, level_timeout_s=30,
-        should_continue=lambda level: level.concurrency < 2,
-    ))
+    sweep = asyncio.run(
+        run_sweep(
+            "http://t",
+            PLAN,
+            [1, 2, 4, 8],
+            lambda c: prompts(c),
+            warmup=0,
+            level_timeout_s=30,
+            should_continue=lambda level: level.concurrency < 2,
+        )
+    )
     assert [lv.concurrency for lv in sweep.levels] == [1, 2]
     assert sweep.not_run == [4, 8]
     assert seen_levels == [("pool", 8)]  # one pooled client sized for the top level
