@@ -172,3 +172,21 @@ def test_logs_are_written_to_a_file(tmp_path):
         assert "llama-server" in log.read_text().splitlines()[0]
     finally:
         session.stop_backend()
+
+
+def test_chat_api_streams_and_counts_tokens_on_the_real_server(tmp_path):
+    from perfgate.client import SimpleClient
+
+    session = session_for(small_profile(), tmp_path)
+    try:
+        backend = session.start_backend()
+        client = SimpleClient(backend.base_url, "gemma-3-270m")
+        record = client.stream(
+            "Name a colour.", api="chat", max_tokens=8, temperature=0, ignore_eos=True
+        )
+    finally:
+        session.stop_backend()
+    assert record.ok, record.error
+    assert record.finish_reason == "length"
+    assert record.completion_tokens == 8 == len(record.token_times)
+    assert record.text and record.ttft is not None
