@@ -121,3 +121,25 @@ def test_log_goes_to_a_file_with_the_command_line(tmp_path):
     b._proc.wait(10)
     assert (tmp_path / "s.log").read_text().startswith("$ ")
     assert "hello from server" in b.log_tail(5)
+
+
+def test_a_script_killed_with_sigterm_stops_its_servers(tmp_path):
+    import subprocess
+
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from perfgate.engines import OpenAICompatible\n"
+        "from perfgate.launch import ProcessBackend, free_port\n"
+        "b = ProcessBackend([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
+        "    engine=OpenAICompatible(), model='m', host='127.0.0.1', port=free_port(),\n"
+        f"    log_path=Path({str(tmp_path / 'x.log')!r}), stop_grace_s=2)\n"
+        "print(b.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    server_pid = int(proc.stdout.readline())
+    proc.terminate()
+    proc.wait(15)
+    time.sleep(0.2)
+    assert gone(server_pid)

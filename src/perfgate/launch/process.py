@@ -8,6 +8,8 @@ import os
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -88,6 +90,7 @@ class ProcessBackend:
                 ) from exc
         self.pgid = self._proc.pid  # start_new_session makes the child its group leader
         _live.add(self)
+        _exit_on_sigterm()
 
     @property
     def pid(self) -> int:
@@ -184,6 +187,15 @@ def launch_process(
         stop_grace_s=profile.timeouts.stop_grace_s,
         owner=owner,
     )
+
+
+def _exit_on_sigterm() -> None:
+    """Make SIGTERM run atexit cleanup, where nobody else handles it (scripts, not pytest)."""
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    ):
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 @atexit.register
