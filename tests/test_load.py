@@ -91,12 +91,36 @@ def test_sweep_runs_levels_in_order_and_can_stop_early(monkeypatch):
             "http://t",
             PLAN,
             [1, 2, 4, 8],
-            lambda c: prompts(c),
+            lambda c, repeat: prompts(c),
             warmup=0,
             level_timeout_s=30,
-            should_continue=lambda level: level.concurrency < 2,
+            after_level=lambda c, runs: "next" if c < 2 else "stop",
         )
     )
     assert [lv.concurrency for lv in sweep.levels] == [1, 2]
     assert sweep.not_run == [4, 8]
     assert seen_levels == [("pool", 8)]  # one pooled client sized for the top level
+
+
+def test_sweep_repeats_a_level_when_asked(monkeypatch):
+    t = tracker()
+    monkeypatch.setattr("perfgate.load.pooled_client", lambda *a: client(t))
+    asked = []
+
+    def after(c, runs):
+        asked.append((c, len(runs)))
+        return "repeat" if len(runs) < 3 else "next"
+
+    sweep = asyncio.run(
+        run_sweep(
+            "http://t",
+            PLAN,
+            [1, 2],
+            lambda c, r: prompts(c),
+            warmup=0,
+            level_timeout_s=30,
+            after_level=after,
+        )
+    )
+    assert [lv.concurrency for lv in sweep.levels] == [1, 1, 1, 2, 2, 2]
+    assert asked == [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3)]

@@ -3,7 +3,8 @@
 from perfgate.baseline import build_baseline
 from perfgate.client import RequestRecord
 from perfgate.load import LevelRun
-from perfgate.report import HEADER, LevelData, Measurement, RunRecord, load_run, render_table
+from perfgate.metrics import LevelData, Measurement
+from perfgate.report import HEADER, RunRecord, load_run, render_table
 
 
 def level(c):
@@ -36,7 +37,7 @@ def test_table_rows_and_baseline_columns():
         plain[2]
         == "   1 |       1.50 |           1.50 |    0.500 |        3 |     2.00 |    1 |    0"
     )
-    base = build_baseline("p", "cpu", {"sweep.c2.agg_tok_s": 2.0}, None, {})
+    base = build_baseline("p", "cpu", {"sweep.c2.agg_tok_s": [2.0]}, None, {})
     with_base = render_table("sweep", levels, base, not_run=[4]).splitlines()
     assert "Base agg" in with_base[0] and "Δ agg%" in with_base[0]
     assert with_base[3].endswith("|      2.00 |   +50.0 |            - |          -")

@@ -1,27 +1,29 @@
-"""Baselines: the figures a profile must hold, and the compare step.
+"""Baselines: the figures a profile must hold on given hardware, and the compare step.
 
-A baseline file is ``baselines/<profile>.json``. Each gated figure has a key
-``<measurement>.c<C>.<figure>`` (e.g. ``sweep.c4.agg_tok_s``), a value, a relative
-tolerance and a direction. ``compare`` is the one place that decides pass or fail.
+Baselines live in ``baselines/<profile>/<hardware-key>.json``. Each gated figure
+has a key ``<measurement>.c<C>.<figure>`` (e.g. ``sweep.c4.agg_tok_s``), a value, a
+relative tolerance, a direction and an optional absolute floor or ceiling.
+``compare`` is the one place that turns samples into a verdict.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from perfgate.errors import BaselineError
-from perfgate.metrics import LevelMetrics
+from perfgate.metrics import LevelData, Measurement, request_tok_s
+from perfgate.stats import Direction, Verdict, decide, estimate, limits
 
 SCHEMA_VERSION = 1
-Direction = Literal["higher", "lower"]
-Verdict = Literal["pass", "regressed", "improved", "no-baseline"]
+CheckVerdict = Verdict | Literal["no-baseline"]
 
 # figure name -> (direction, unit, default relative tolerance)
 GATED_FIGURES: dict[str, tuple[Direction, str, float]] = {
@@ -29,96 +31,109 @@ GATED_FIGURES: dict[str, tuple[Direction, str, float]] = {
     "per_request_tok_s": ("higher", "tok/s", 0.35),
     "ttft_s": ("lower", "s", 0.75),
 }
+KEY_PATTERN = re.compile(
+    r"^(?P<measurement>[a-z][a-z0-9_]*)\.c(?P<c>[1-9][0-9]*)\.(?P<figure>\w+)$"
+)
 
 
 class Expectation(BaseModel):
     """One gated figure: the value to hold and how far it may drift."""
 
     model_config = ConfigDict(extra="forbid")
-    value: float = Field(gt=0, description="The baseline figure.")
+    value: float = Field(gt=0, description="The baseline figure (median when recorded).")
     tolerance: float = Field(ge=0, lt=10, description="Allowed relative drift (0.1 = 10%).")
     direction: Direction = Field(description="Whether higher or lower is better.")
     unit: str = Field("", description="Unit, for messages.")
+    floor: float | None = Field(None, ge=0, description="Absolute minimum (higher is better).")
+    ceiling: float | None = Field(None, gt=0, description="Absolute maximum (lower is better).")
 
 
 class Baseline(BaseModel):
-    """A profile's baseline file."""
+    """A profile's baseline on one hardware key."""
 
     model_config = ConfigDict(extra="forbid")
     schema_version: Literal[1] = Field(description="Version of this file's schema.")
     profile: str = Field(description="Profile the figures belong to.")
-    hardware: str = Field(description="Hardware label of the profile when recorded.")
+    hardware: str = Field(description="Hardware key the figures were recorded on.")
     provenance: dict[str, object] = Field(
         default_factory=dict, description="Where the figures came from."
     )
     metrics: dict[str, Expectation] = Field(description="Gated figures by key.")
+
+    @field_validator("metrics")
+    @classmethod
+    def _known_metrics(cls, metrics: dict[str, Expectation]) -> dict[str, Expectation]:
+        for key in metrics:
+            match = KEY_PATTERN.match(key)
+            if not match or match["figure"] not in GATED_FIGURES:
+                raise ValueError(
+                    f"unknown metric {key!r}: keys are <measurement>.c<C>.<figure> with figure "
+                    f"one of {', '.join(GATED_FIGURES)}"
+                )
+        return metrics
 
 
 class Check(BaseModel):
     """The outcome of comparing one measured figure with its baseline."""
 
     key: str
-    measured: float
-    verdict: Verdict
+    verdict: CheckVerdict
+    measured: float = Field(description="Median of the samples.")
+    low: float = Field(description="Lower end of the 95% bootstrap interval.")
+    high: float = Field(description="Upper end of the 95% bootstrap interval.")
+    samples: int = 1
     baseline: float | None = None
     tolerance: float | None = None
+    limit: float | None = Field(None, description="Worst acceptable figure.")
     direction: Direction = "higher"
     unit: str = ""
     delta_pct: float | None = None
 
     @property
     def failed(self) -> bool:
-        """Whether this check fails the build."""
-        return self.verdict == "regressed"
+        """Whether this check fails the build (regressed, or still inconclusive)."""
+        return self.verdict in ("regressed", "inconclusive")
 
     def message(self) -> str:
-        """One line naming metric, measured, baseline, tolerance and delta."""
+        """One line naming metric, measured (with interval), baseline, tolerance and Δ%."""
         unit = f" {self.unit}" if self.unit else ""
-        if self.baseline is None or self.tolerance is None or self.delta_pct is None:
-            return f"{self.key}: measured {self.measured:.4g}{unit} (no baseline figure)"
+        spread = (
+            f" [95% CI {self.low:.4g}..{self.high:.4g}, n={self.samples}]"
+            if self.samples > 1
+            else " (n=1)"
+        )
+        measured = f"measured {self.measured:.4g}{unit}{spread}"
+        if self.baseline is None or self.delta_pct is None or self.limit is None:
+            return f"{self.key}: {measured} (no baseline figure)"
         better = "higher" if self.direction == "higher" else "lower"
-        limit = threshold(self.baseline, self.tolerance, self.direction)
         bound = "min" if self.direction == "higher" else "max"
         return (
-            f"{self.key}: measured {self.measured:.4g}{unit}, baseline {self.baseline:.4g}{unit} "
-            f"(tolerance {self.tolerance:.0%}, {better} is better, {bound} {limit:.4g}), "
+            f"{self.key}: {measured}, baseline {self.baseline:.4g}{unit} "
+            f"(tolerance {self.tolerance:.0%}, {better} is better, {bound} {self.limit:.4g}), "
             f"Δ {self.delta_pct:+.1f}% → {self.verdict.upper()}"
         )
 
 
-def threshold(value: float, tolerance: float, direction: Direction) -> float:
-    """The worst acceptable figure."""
-    return value * (1 - tolerance) if direction == "higher" else value * (1 + tolerance)
-
-
-def compare(key: str, measured: float, expectation: Expectation | None) -> Check:
-    """Judge one figure against its expectation."""
+def compare(key: str, samples: list[float], expectation: Expectation | None) -> Check:
+    """Judge one figure's samples against its expectation."""
+    est = estimate(samples)
+    base = {"key": key, "measured": est.median, "low": est.low, "high": est.high, "samples": est.n}
     if expectation is None:
         direction, unit, _ = GATED_FIGURES.get(key.rsplit(".", 1)[-1], ("higher", "", 0.0))
-        return Check(
-            key=key, measured=measured, verdict="no-baseline", direction=direction, unit=unit
-        )
-    value, tol, direction = expectation.value, expectation.tolerance, expectation.direction
-    delta = (measured - value) / value * 100.0
-    limit = threshold(value, tol, direction)
-    better_limit = value * (1 + tol) if direction == "higher" else value * (1 - tol)
-    if (direction == "higher" and measured < limit) or (direction == "lower" and measured > limit):
-        verdict: Verdict = "regressed"
-    elif (direction == "higher" and measured > better_limit) or (
-        direction == "lower" and measured < better_limit
-    ):
-        verdict = "improved"
-    else:
-        verdict = "pass"
+        return Check(**base, verdict="no-baseline", direction=direction, unit=unit)
+    exp = expectation
+    worst, better = limits(
+        exp.value, exp.tolerance, exp.direction, floor=exp.floor, ceiling=exp.ceiling
+    )
     return Check(
-        key=key,
-        measured=measured,
-        verdict=verdict,
-        baseline=value,
-        tolerance=tol,
-        direction=direction,
-        unit=expectation.unit,
-        delta_pct=delta,
+        **base,
+        verdict=decide(est, worst, better, exp.direction),
+        baseline=exp.value,
+        tolerance=exp.tolerance,
+        limit=worst,
+        direction=exp.direction,
+        unit=exp.unit,
+        delta_pct=(est.median - exp.value) / exp.value * 100.0,
     )
 
 
@@ -127,38 +142,47 @@ def figure_key(measurement: str, concurrency: int, figure: str) -> str:
     return f"{measurement}.c{concurrency}.{figure}"
 
 
-def gated_figures(measurement: str, level: LevelMetrics) -> dict[str, float]:
-    """The figures of a level that baselines hold (means for per-request figures)."""
-    values = {
-        "agg_tok_s": level.agg_tok_s,
-        "per_request_tok_s": level.per_request_tok_s.mean,
-        "ttft_s": level.ttft_s.mean,
+def level_samples(measurement: str, runs: list[LevelData]) -> dict[str, list[float]]:
+    """Samples of each gated figure of one level: aggregate tok/s once per repeat,
+    per-request tok/s and TTFT once per successful request."""
+    c = runs[0].concurrency
+    records = [r for run in runs for r in run.records if r.ok]
+    samples = {
+        "agg_tok_s": [run.metrics.agg_tok_s for run in runs if run.metrics.ok],
+        "per_request_tok_s": [v for r in records if (v := request_tok_s(r))],
+        "ttft_s": [v for r in records if (v := r.ttft) is not None],
     }
-    return {
-        figure_key(measurement, level.concurrency, name): v
-        for name, v in values.items()
-        if v is not None and v > 0
-    }
+    return {figure_key(measurement, c, name): v for name, v in samples.items() if v}
 
 
-def compare_level(measurement: str, level: LevelMetrics, baseline: Baseline | None) -> list[Check]:
-    """Every gated figure of a level, judged."""
+def measurement_samples(name: str, measurement: Measurement) -> dict[str, list[float]]:
+    """Samples of every gated figure of a measurement."""
+    out: dict[str, list[float]] = {}
+    for runs in measurement.by_concurrency().values():
+        out.update(level_samples(name, runs))
+    return out
+
+
+def compare_samples(samples: dict[str, list[float]], baseline: Baseline | None) -> list[Check]:
+    """Every figure judged."""
     expected = baseline.metrics if baseline else {}
-    return [
-        compare(key, value, expected.get(key))
-        for key, value in gated_figures(measurement, level).items()
-    ]
+    return [compare(key, values, expected.get(key)) for key, values in samples.items()]
 
 
-def _field_path(exc: ValidationError) -> str:
+def _field_errors(exc: ValidationError) -> str:
     return "; ".join(
         f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"
         for err in exc.errors()
     )
 
 
+def baseline_path(baselines_dir: Path, profile: str, hardware: str) -> Path:
+    """Where the baseline of a profile on a hardware key lives."""
+    return baselines_dir / profile / f"{hardware}.json"
+
+
 def load_baseline(path: Path) -> Baseline | None:
-    """Read a baseline file; None when it does not exist yet."""
+    """Read and validate a baseline file; None when it does not exist."""
     if not path.exists():
         return None
     try:
@@ -169,28 +193,51 @@ def load_baseline(path: Path) -> Baseline | None:
         return Baseline.model_validate(raw)
     except ValidationError as exc:
         raise BaselineError(
-            f"baseline {path} is invalid: {_field_path(exc)}. Fix it, or re-record it with "
+            f"baseline {path} is invalid: {_field_errors(exc)}. Fix it, or re-record it with "
             "`pytest -m perf --update-baselines`."
         ) from exc
+
+
+def load_profile_baselines(baselines_dir: Path, profile: str) -> dict[str, Baseline]:
+    """Every baseline of a profile by hardware key, each validated."""
+    directory = baselines_dir / profile
+    found: dict[str, Baseline] = {}
+    for path in sorted(directory.glob("*.json")):
+        if path.name.endswith(".run.json"):
+            continue
+        baseline = load_baseline(path)
+        assert baseline is not None
+        if baseline.hardware != path.stem or baseline.profile != profile:
+            raise BaselineError(
+                f"baseline {path} says profile {baseline.profile!r} on hardware "
+                f"{baseline.hardware!r}; its path says {profile!r} on {path.stem!r}"
+            )
+        found[baseline.hardware] = baseline
+    return found
 
 
 def build_baseline(
     profile: str,
     hardware: str,
-    measured: dict[str, float],
+    samples: dict[str, list[float]],
     previous: Baseline | None,
     provenance: dict[str, object],
+    tolerance: float | None = None,
 ) -> Baseline:
-    """A new baseline from measured figures, keeping earlier tolerances where they exist."""
+    """A new baseline from measured samples (medians). Tolerances: ``tolerance`` if
+    given, else the previous baseline's, else the figure's default."""
     metrics: dict[str, Expectation] = {}
-    for key, value in measured.items():
+    for key, values in samples.items():
         direction, unit, default_tol = GATED_FIGURES[key.rsplit(".", 1)[-1]]
         old = previous.metrics.get(key) if previous else None
+        tol = tolerance if tolerance is not None else (old.tolerance if old else default_tol)
         metrics[key] = Expectation(
-            value=round(value, 6),
-            tolerance=old.tolerance if old else default_tol,
+            value=round(estimate(values).median, 6),
+            tolerance=tol,
             direction=direction,
             unit=unit,
+            floor=old.floor if old else None,
+            ceiling=old.ceiling if old else None,
         )
     prov = {"recorded_at": datetime.now(UTC).isoformat(timespec="seconds"), **provenance}
     return Baseline(
@@ -218,7 +265,7 @@ def write_json_atomic(path: Path, payload: str) -> None:
 
 def save_baseline(path: Path, baseline: Baseline) -> None:
     """Write a baseline atomically."""
-    write_json_atomic(path, baseline.model_dump_json(indent=2) + "\n")
+    write_json_atomic(path, baseline.model_dump_json(indent=2, exclude_none=True) + "\n")
 
 
 def diff_lines(old: Baseline | None, new: Baseline) -> list[str]:
@@ -230,5 +277,12 @@ def diff_lines(old: Baseline | None, new: Baseline) -> list[str]:
             lines.append(f"  {key}: (new) → {exp.value:.4g} {exp.unit}")
         else:
             pct = (exp.value - prev.value) / prev.value * 100
-            lines.append(f"  {key}: {prev.value:.4g} → {exp.value:.4g} {exp.unit} ({pct:+.1f}%)")
+            tol = (
+                f", tolerance {prev.tolerance:.0%} → {exp.tolerance:.0%}"
+                if prev.tolerance != exp.tolerance
+                else ""
+            )
+            lines.append(
+                f"  {key}: {prev.value:.4g} → {exp.value:.4g} {exp.unit} ({pct:+.1f}%{tol})"
+            )
     return lines

@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -19,7 +19,8 @@ from perfgate.client import Api, RequestRecord, request_body, stream_request
 from perfgate.workload import Prompt
 
 OnRecord = Callable[[int, RequestRecord], None]
-ShouldContinue = Callable[["LevelRun"], bool]
+Decision = Literal["next", "repeat", "stop"]
+AfterLevel = Callable[[int, list["LevelRun"]], Decision]
 
 
 @dataclass(frozen=True)
@@ -148,31 +149,42 @@ async def run_sweep(
     base_url: str,
     plan: RequestPlan,
     levels: Sequence[int],
-    prompts_for: Callable[[int], Sequence[Prompt]],
+    prompts_for: Callable[[int, int], Sequence[Prompt]],
     *,
     warmup: int,
     level_timeout_s: float,
-    should_continue: ShouldContinue | None = None,
+    after_level: AfterLevel | None = None,
     on_record: OnRecord | None = None,
-    on_level: Callable[[LevelRun], None] | None = None,
+    on_level: Callable[[LevelRun, int], None] | None = None,
 ) -> SweepRun:
-    """Run levels in order on one pooled client; after each, ask whether to go on."""
+    """Run levels in order on one pooled client.
+
+    After each run of a level, ``after_level(concurrency, runs_so_far)`` says what next:
+    ``"next"`` level, ``"repeat"`` this level, or ``"stop"`` the sweep (early abort).
+    ``prompts_for(concurrency, repeat)`` gives each run's prompts, warmup first.
+    """
     done: list[LevelRun] = []
     async with pooled_client(base_url, max(levels), plan.request_timeout_s) as client:
         for position, concurrency in enumerate(levels):
-            prompts = prompts_for(concurrency)
-            level = await run_level(
-                client,
-                plan,
-                prompts,
-                concurrency=concurrency,
-                warmup=warmup,
-                level_timeout_s=level_timeout_s,
-                on_record=on_record,
-            )
-            done.append(level)
-            if on_level is not None:
-                on_level(level)
-            if should_continue is not None and not should_continue(level):
-                return SweepRun(levels=done, not_run=list(levels[position + 1 :]))
+            runs: list[LevelRun] = []
+            while True:
+                prompts = prompts_for(concurrency, len(runs))
+                level = await run_level(
+                    client,
+                    plan,
+                    prompts,
+                    concurrency=concurrency,
+                    warmup=warmup,
+                    level_timeout_s=level_timeout_s,
+                    on_record=on_record,
+                )
+                runs.append(level)
+                done.append(level)
+                if on_level is not None:
+                    on_level(level, len(runs) - 1)
+                decision = after_level(concurrency, runs) if after_level else "next"
+                if decision == "stop":
+                    return SweepRun(levels=done, not_run=list(levels[position + 1 :]))
+                if decision == "next":
+                    break
     return SweepRun(levels=done, not_run=[])

@@ -132,3 +132,77 @@ def level_metrics(level: LevelRun) -> LevelMetrics:
         usage_chunk_mismatches=mismatches,
         errors=sorted({r.error for r in failed if r.error}),
     )
+
+
+class LevelData(BaseModel):
+    """One level of a measurement: raw records and the metrics derived from them."""
+
+    concurrency: int
+    repeat: int = Field(0, description="Repeat index of this level (0 = first run).")
+    start: float = Field(description="perf_counter seconds when measured requests began.")
+    end: float = Field(description="perf_counter seconds when the last one ended.")
+    deadline_hit: bool = False
+    warmup_requests: int = 0
+    records: list[RequestRecord]
+    metrics: LevelMetrics
+
+    @classmethod
+    def from_run(cls, level: LevelRun, repeat: int = 0) -> LevelData:
+        """Keep a level's raw records with its metrics."""
+        return cls(
+            concurrency=level.concurrency,
+            repeat=repeat,
+            start=level.start,
+            end=level.end,
+            deadline_hit=level.deadline_hit,
+            warmup_requests=len(level.warmup_records),
+            records=level.records,
+            metrics=level_metrics(level),
+        )
+
+    def recomputed(self) -> LevelMetrics:
+        """Metrics recomputed from the stored records."""
+        return level_metrics(
+            LevelRun(
+                concurrency=self.concurrency,
+                records=self.records,
+                start=self.start,
+                end=self.end,
+                deadline_hit=self.deadline_hit,
+            )
+        )
+
+
+class Measurement(BaseModel):
+    """A named measurement (``single``, ``sweep``): its level runs (repeats included)."""
+
+    levels: list[LevelData] = Field(default_factory=list)
+    not_run: list[int] = Field(default_factory=list)
+    aborted: str | None = Field(None, description="Why the sweep stopped early, if it did.")
+
+    def by_concurrency(self) -> dict[int, list[LevelData]]:
+        """Level runs grouped by concurrency, in the order they ran."""
+        groups: dict[int, list[LevelData]] = {}
+        for level in self.levels:
+            groups.setdefault(level.concurrency, []).append(level)
+        return groups
+
+    def table_rows(self) -> list[LevelMetrics]:
+        """One row per concurrency: metrics over all its repeats pooled."""
+        return [pooled_metrics(runs) for runs in self.by_concurrency().values()]
+
+
+def pooled_metrics(runs: Sequence[LevelData]) -> LevelMetrics:
+    """Metrics of several repeats of one level: records pooled, wall times summed."""
+    if len(runs) == 1:
+        return runs[0].metrics
+    records = [r for run in runs for r in run.records]
+    merged = level_metrics(
+        LevelRun(
+            concurrency=runs[0].concurrency,
+            records=records,
+            start=0.0,
+            end=sum(run.metrics.wall_s for run in runs),
+        )
+    )
+    return merged

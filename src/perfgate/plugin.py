@@ -15,7 +15,7 @@ import pytest
 
 from perfgate.errors import PerfgateError
 from perfgate.profile import DEFAULT_PROFILE, load_profile
-from perfgate.session import PerfgateSession
+from perfgate.session import GateOptions, PerfgateSession
 
 SESSION_KEY = pytest.StashKey["PerfgateSession | None"]()
 SUMMARY_KEY = pytest.StashKey[list[str]]()
@@ -41,7 +41,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--update-baselines",
         dest="perfgate_update",
         action="store_true",
-        help="write baselines/<profile>.json from this run (if it passed)",
+        help="write baselines/<profile>/<hardware>.json from this run (if it passed)",
     )
     group.addoption(
         "--perf-output",
@@ -49,6 +49,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="DIR",
         help="where run JSON and server logs go (default .perfgate/)",
+    )
+    group.addoption(
+        "--perf-repeats",
+        dest="perfgate_repeats",
+        type=int,
+        default=None,
+        metavar="N",
+        help="runs of each sweep level (default: the profile's gate.repeats)",
+    )
+    group.addoption(
+        "--perf-abort-below",
+        dest="perfgate_abort_below",
+        type=float,
+        default=None,
+        metavar="F",
+        help="stop a sweep when a level's tok/s is below F x baseline (0 = never; "
+        "default: the profile's gate.abort_below)",
+    )
+    group.addoption(
+        "--perf-tolerance",
+        dest="perfgate_tolerance",
+        type=float,
+        default=None,
+        metavar="F",
+        help="with --update-baselines: every figure's relative tolerance (default: keep)",
     )
     parser.addini("perfgate_profile", "default profile", default=DEFAULT_PROFILE)
     parser.addini("perfgate_profiles_dir", "profiles directory", default="profiles")
@@ -67,6 +92,21 @@ def _progress(config: pytest.Config) -> object:
             reporter.write_line(message)
 
     return write
+
+
+def _gate_options(config: pytest.Config) -> GateOptions:
+    repeats = config.getoption("perfgate_repeats")
+    abort = config.getoption("perfgate_abort_below")
+    tolerance = config.getoption("perfgate_tolerance")
+    if repeats is not None and repeats < 1:
+        raise pytest.UsageError("perfgate: --perf-repeats must be >= 1")
+    if abort is not None and not 0 <= abort < 1:
+        raise pytest.UsageError("perfgate: --perf-abort-below must be in [0, 1)")
+    if tolerance is not None and not 0 <= tolerance < 10:
+        raise pytest.UsageError("perfgate: --perf-tolerance must be in [0, 10), e.g. 0.1")
+    if tolerance is not None and not config.getoption("perfgate_update"):
+        raise pytest.UsageError("perfgate: --perf-tolerance only applies with --update-baselines")
+    return GateOptions(repeats=repeats, abort_below=abort, tolerance=tolerance)
 
 
 def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -93,6 +133,7 @@ def pytest_configure(config: pytest.Config) -> None:
             output_dir=Path(output),
             base_url=config.getoption("perfgate_base_url"),
             update_baselines=config.getoption("perfgate_update"),
+            options=_gate_options(config),
             progress=_progress(config),
         )
     except PerfgateError as exc:
@@ -139,10 +180,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if perf.backend is None and not perf.run.measurements:
         return  # nothing of this run touched a server
     lines = session.config.stash[SUMMARY_KEY]
-    if perf.update_baselines:
-        lines.extend(perf.record_baseline())
     status = {0: "passed", 2: "interrupted"}.get(int(exitstatus), "failed")
     perf.finish(status)
+    if perf.update_baselines:
+        lines.extend(perf.record_baseline())
     lines.append(f"perfgate: run JSON written to {perf.run_path}")
 
 
@@ -156,21 +197,29 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"[{name}]")
         terminalreporter.write_line(perf.table(name))
         terminalreporter.write_line("")
-    regressed = [c for c in perf.run.checks if c.failed]
-    judged = [c for c in perf.run.checks if c.verdict != "no-baseline"]
-    if regressed:
-        terminalreporter.write_line(f"REGRESSIONS ({len(regressed)}):", red=True, bold=True)
-        for check in regressed:
-            terminalreporter.write_line(f"  {check.message()}", red=True)
-    elif judged:
+    checks = perf.run.checks
+    judged = [c for c in checks if c.verdict != "no-baseline"]
+    for verdict, title in (("regressed", "REGRESSIONS"), ("inconclusive", "INCONCLUSIVE")):
+        found = [c for c in checks if c.verdict == verdict]
+        if found:
+            terminalreporter.write_line(f"{title} ({len(found)}):", red=True, bold=True)
+            for check in found:
+                terminalreporter.write_line(f"  {check.message()}", red=True)
+    for m in perf.run.measurements.values():
+        if m.aborted:
+            terminalreporter.write_line(m.aborted, red=True, bold=True)
+    if judged and not any(c.failed for c in checks):
         terminalreporter.write_line(
-            f"all {len(judged)} figures within tolerance of {perf.baseline_path}",
-            green=True,
+            f"all {len(judged)} figures within tolerance of {perf.baseline_path}", green=True
         )
-    improved = [c for c in perf.run.checks if c.verdict == "improved"]
-    for check in improved:
-        terminalreporter.write_line(f"  improved: {check.message()} (consider --update-baselines)")
-    if perf.baseline is None and not perf.update_baselines:
+    for check in checks:
+        if check.verdict == "improved":
+            terminalreporter.write_line(
+                f"  improved: {check.message()} (consider --update-baselines)", green=True
+            )
+    if mismatch := perf.hardware_mismatch():
+        terminalreporter.write_line(mismatch, yellow=True)
+    elif perf.baseline is None and not perf.update_baselines:
         terminalreporter.write_line(
             f"no baseline at {perf.baseline_path}: record one with "
             "`pytest -m perf --update-baselines`",

@@ -87,6 +87,22 @@ class WorkloadSpec(_Strict):
         return levels
 
 
+class GateSpec(_Strict):
+    """How figures are judged against the baseline."""
+
+    repeats: int = Field(1, ge=1, description="Runs of each sweep level (--perf-repeats).")
+    max_extra_repeats: int = Field(
+        2, ge=0, description="Extra runs of a level whose verdict is inconclusive."
+    )
+    abort_below: float = Field(
+        0.5,
+        ge=0,
+        lt=1,
+        description="Stop the sweep at once when a level's tok/s is below "
+        "this fraction of its baseline (0 disables early abort; --perf-abort-below).",
+    )
+
+
 class Profile(_Strict):
     """One backend configuration: engine, launcher, model, server flags, workload."""
 
@@ -99,6 +115,7 @@ class Profile(_Strict):
     server: ServerSpec = Field(default_factory=ServerSpec)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     workload: WorkloadSpec
+    gate: GateSpec = Field(default_factory=GateSpec)
 
     def digest(self) -> str:
         """A short stable hash of the profile's content, for provenance."""

@@ -9,9 +9,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from perfgate.baseline import Baseline, Check, figure_key, write_json_atomic
-from perfgate.client import RequestRecord
-from perfgate.load import LevelRun
-from perfgate.metrics import LevelMetrics, level_metrics
+from perfgate.metrics import LevelMetrics, Measurement
 
 RUN_SCHEMA_VERSION = 1
 HEADER = (
@@ -19,50 +17,6 @@ HEADER = (
     f"{'Tokens':>8} | {'Wall(s)':>8} | {'Ok':>4} | {'Fail':>4}"
 )
 BASELINE_HEADER = f" | {'Base agg':>9} | {'Δ agg%':>7} | {'Base per-req':>12} | {'Δ per-req%':>10}"
-
-
-class LevelData(BaseModel):
-    """One level of a measurement: raw records and the metrics derived from them."""
-
-    concurrency: int
-    start: float = Field(description="perf_counter seconds when measured requests began.")
-    end: float = Field(description="perf_counter seconds when the last one ended.")
-    deadline_hit: bool = False
-    warmup_requests: int = 0
-    records: list[RequestRecord]
-    metrics: LevelMetrics
-
-    @classmethod
-    def from_run(cls, level: LevelRun) -> LevelData:
-        """Keep a level's raw records with its metrics."""
-        return cls(
-            concurrency=level.concurrency,
-            start=level.start,
-            end=level.end,
-            deadline_hit=level.deadline_hit,
-            warmup_requests=len(level.warmup_records),
-            records=level.records,
-            metrics=level_metrics(level),
-        )
-
-    def recomputed(self) -> LevelMetrics:
-        """Metrics recomputed from the stored records."""
-        return level_metrics(
-            LevelRun(
-                concurrency=self.concurrency,
-                records=self.records,
-                start=self.start,
-                end=self.end,
-                deadline_hit=self.deadline_hit,
-            )
-        )
-
-
-class Measurement(BaseModel):
-    """A named measurement (``single``, ``sweep``): its levels and the levels not run."""
-
-    levels: list[LevelData] = Field(default_factory=list)
-    not_run: list[int] = Field(default_factory=list)
 
 
 class RunRecord(BaseModel):

@@ -1,16 +1,18 @@
 """One perfgate run: start or attach the backend, measure, judge, record, stop.
 
 The pytest plugin and fixtures are thin wrappers around this object; it imports no
-pytest so the same run can be driven from a script or the CLI.
+pytest so the same run can be driven from a script.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import shutil
 import subprocess
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,23 +22,28 @@ from perfgate import __version__
 from perfgate.baseline import (
     Baseline,
     Check,
+    baseline_path,
     build_baseline,
-    compare_level,
+    compare_samples,
     diff_lines,
-    gated_figures,
-    load_baseline,
+    level_samples,
+    load_profile_baselines,
+    measurement_samples,
     save_baseline,
 )
-from perfgate.client import RequestRecord
+from perfgate.client import RequestRecord, request_body, stream_request
 from perfgate.engines import Engine, get_engine
 from perfgate.errors import BackendError, WorkloadError
 from perfgate.launch import AttachedBackend, Backend, describe_local_hardware, launch_process
-from perfgate.load import LevelRun, RequestPlan, run_sweep
+from perfgate.load import Decision, LevelRun, RequestPlan, pooled_client, run_sweep
+from perfgate.metrics import LevelData, Measurement
 from perfgate.profile import Profile
-from perfgate.report import LevelData, Measurement, RunRecord, render_table
+from perfgate.report import RunRecord, render_table
+from perfgate.stats import median
 from perfgate.workload import Prompt, Tokenizer, build_prompts
 
 Progress = Callable[[str], None]
+RoundRunner = Callable[[Callable[[], None], int], None]
 
 
 def git_commit(root: Path) -> str | None:
@@ -55,8 +62,23 @@ def git_commit(root: Path) -> str | None:
     return out.stdout.strip() or None
 
 
+def plain_rounds(one_round: Callable[[], None], rounds: int) -> None:
+    """Run rounds one after another (pytest-benchmark's ``pedantic`` is the other runner)."""
+    for _ in range(rounds):
+        one_round()
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    """Command-line overrides of the profile's gate settings."""
+
+    repeats: int | None = None
+    abort_below: float | None = None
+    tolerance: float | None = None  # used when writing baselines
+
+
 class PerfgateSession:
-    """State of one run. Create with a validated profile; call ``start_backend`` lazily."""
+    """State of one run. Create with a validated profile; the backend starts lazily."""
 
     def __init__(
         self,
@@ -67,6 +89,7 @@ class PerfgateSession:
         output_dir: Path,
         base_url: str | None = None,
         update_baselines: bool = False,
+        options: GateOptions | None = None,
         progress: Progress = print,
     ) -> None:
         self.profile = profile
@@ -74,10 +97,20 @@ class PerfgateSession:
         self.root = root
         self.base_url = base_url
         self.update_baselines = update_baselines
+        self.options = options or GateOptions()
         self.progress = progress
         self.output_dir = output_dir
-        self.baseline_path = baselines_dir / f"{profile.name}.json"
-        self.baseline: Baseline | None = load_baseline(self.baseline_path)
+        self.baselines_dir = baselines_dir
+        if base_url:  # the serving host is not ours to inspect: trust the profile's label
+            self.hardware: dict[str, object] = {"key": profile.hardware, "host": "attached"}
+        else:
+            self.hardware = describe_local_hardware()
+        self.hardware["label"] = profile.hardware
+        self.hardware_key = str(self.hardware["key"])
+        known = load_profile_baselines(baselines_dir, profile.name)
+        self.baseline: Baseline | None = known.get(self.hardware_key)
+        self.other_hardware = sorted(k for k in known if k != self.hardware_key)
+        self.baseline_path = baseline_path(baselines_dir, profile.name, self.hardware_key)
         self.owner = f"perfgate-{uuid.uuid4().hex[:12]}"
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         self.run_path = output_dir / "runs" / f"{profile.name}-{stamp}-{self.owner[-6:]}.json"
@@ -91,6 +124,34 @@ class PerfgateSession:
             engine=profile.engine,
             launcher="attach" if base_url else profile.launcher,
             git_commit=git_commit(root),
+            hardware=self.hardware,
+        )
+
+    # -- settings ----------------------------------------------------------------------
+    @property
+    def repeats(self) -> int:
+        """Runs of each sweep level."""
+        return self.options.repeats or self.profile.gate.repeats
+
+    @property
+    def abort_below(self) -> float:
+        """Fraction of the baseline's tok/s under which a sweep stops at once (never while
+        recording a new baseline: a slower engine may be accepted on purpose)."""
+        if self.update_baselines:
+            return 0.0
+        if self.options.abort_below is not None:
+            return self.options.abort_below
+        return self.profile.gate.abort_below
+
+    def hardware_mismatch(self) -> str | None:
+        """Why figures cannot be judged on this hardware, or None."""
+        if self.baseline is not None or not self.other_hardware:
+            return None
+        return (
+            f"no baseline for profile {self.profile.name} on this hardware "
+            f"({self.hardware_key}); baselines exist for {', '.join(self.other_hardware)}. "
+            "A different machine is not a regression. Record a baseline for this hardware "
+            f"with: pytest -m perf --profile {self.profile.name} --update-baselines"
         )
 
     # -- backend -----------------------------------------------------------------------
@@ -121,13 +182,11 @@ class PerfgateSession:
     def _launch(self) -> Backend:
         model = self.profile.model.name
         if self.base_url:
-            self.run.hardware = {"label": self.profile.hardware, "host": "attached"}
             return AttachedBackend(self.base_url, engine=self.engine, model=model)
         if self.profile.launcher == "attach":
             raise BackendError(
                 f"profile {self.profile.name} attaches to a running server: pass --base-url URL"
             )
-        self.run.hardware = {"label": self.profile.hardware, **describe_local_hardware()}
         self.progress(f"perfgate: starting {self.engine.name} for profile {self.profile.name}")
         return launch_process(self.profile, self.engine, self.output_dir / "logs", owner=self.owner)
 
@@ -157,41 +216,62 @@ class PerfgateSession:
             reasoning_fields=self.engine.reasoning_fields,
         )
 
-    def _prompts(self, name: str, concurrency: int, count: int) -> list[Prompt]:
+    def _prompts(self, name: str, concurrency: int, repeat: int, count: int) -> list[Prompt]:
         w = self.profile.workload
         backend = self.start_backend()
         with httpx.Client(base_url=backend.base_url, timeout=30.0) as client:
             tokenizer = Tokenizer(client, self.engine, self.profile.model.name)
-            seed = random.Random(f"{w.seed}:{name}:{concurrency}").getrandbits(32)
+            seed = random.Random(f"{w.seed}:{name}:{concurrency}:{repeat}").getrandbits(32)
             return build_prompts(tokenizer, count, w.input_len, seed)
+
+    def _abort_reason(self, name: str, run: LevelRun) -> str | None:
+        """Why a sweep should stop right after this level run (far below baseline)."""
+        if self.baseline is None or self.abort_below <= 0:
+            return None
+        data = LevelData.from_run(run)
+        for key, samples in level_samples(name, [data]).items():
+            exp = self.baseline.metrics.get(key)
+            if exp is None or exp.direction != "higher" or key.endswith("ttft_s"):
+                continue
+            value = median(samples)
+            if value < self.abort_below * exp.value:
+                return (
+                    f"early abort at C={run.concurrency}: {key} {value:.4g} {exp.unit} is "
+                    f"below {self.abort_below:.0%} of the baseline {exp.value:.4g} "
+                    f"{exp.unit}"
+                )
+        return None
+
+    def _still_inconclusive(self, name: str, runs: list[LevelData]) -> bool:
+        checks = compare_samples(level_samples(name, runs), self.baseline)
+        return any(c.verdict == "inconclusive" for c in checks)
 
     def measure(
         self, name: str, levels: Sequence[int], requests_at: Callable[[int], int]
     ) -> Measurement:
-        """Run levels in order; record each as it completes (the run JSON survives aborts)."""
+        """Run levels in order with repeats, re-measure inconclusive levels, stop early when
+        far below the baseline. The run JSON is saved after every level run."""
         backend = self.start_backend()
         warmup = self.profile.workload.warmup
         measurement = Measurement()
         self.run.measurements[name] = measurement
-        done = {"n": 0}
+        most = self.repeats + self.profile.gate.max_extra_repeats
 
-        def prompts_for(c: int) -> list[Prompt]:
+        def prompts_for(c: int, repeat: int) -> list[Prompt]:
             total = requests_at(c)
             self.progress(
-                f"perfgate: {name} C={c}: {total} requests "
+                f"perfgate: {name} C={c} run {repeat + 1}: {total} requests "
                 f"({self.profile.workload.input_len} in / "
                 f"{self.profile.workload.output_len} out tokens, {warmup} warmup)"
             )
-            done["n"] = 0
-            return self._prompts(name, c, total + warmup)
+            return self._prompts(name, c, repeat, total + warmup)
 
         def on_record(_: int, record: RequestRecord) -> None:
-            done["n"] += 1
             if not record.ok:
                 self.progress(f"perfgate:   request failed: {record.error}")
 
-        def on_level(level: LevelRun) -> None:
-            data = LevelData.from_run(level)
+        def on_level(level: LevelRun, repeat: int) -> None:
+            data = LevelData.from_run(level, repeat)
             measurement.levels.append(data)
             m = data.metrics
             self.progress(
@@ -201,11 +281,21 @@ class PerfgateSession:
             )
             self.save_run()
 
-        def should_continue(level: LevelRun) -> bool:
+        def after_level(c: int, runs: list[LevelRun]) -> Decision:
             if not backend.alive():
                 self.progress("perfgate: server is no longer running; stopping the sweep")
-                return False
-            return True
+                return "stop"
+            if len(runs) == 1 and (reason := self._abort_reason(name, runs[0])):
+                measurement.aborted = reason
+                self.progress(f"perfgate: {reason}; stopping the sweep")
+                return "stop"
+            if len(runs) < self.repeats:
+                return "repeat"
+            done = measurement.by_concurrency()[c]
+            if len(runs) < most and self._still_inconclusive(name, done):
+                self.progress(f"perfgate: {name} C={c} inconclusive; measuring again")
+                return "repeat"
+            return "next"
 
         try:
             sweep = asyncio.run(
@@ -216,7 +306,7 @@ class PerfgateSession:
                     prompts_for,
                     warmup=warmup,
                     level_timeout_s=self.profile.timeouts.level_s,
-                    should_continue=should_continue,
+                    after_level=after_level,
                     on_record=on_record,
                     on_level=on_level,
                 )
@@ -230,16 +320,80 @@ class PerfgateSession:
                 f"{measurement.not_run}. {self.evidence()}"
             ) from exc
         measurement.not_run = sweep.not_run
+        if measurement.not_run and measurement.aborted:
+            measurement.aborted += f"; levels not run: {measurement.not_run}"
         self.save_run()
+        return measurement
+
+    def measure_single(
+        self, name: str, rounds: int, runner: RoundRunner = plain_rounds
+    ) -> Measurement:
+        """Sequential single requests at C=1, one per round of ``runner`` (pytest-benchmark's
+        ``pedantic`` or a plain loop); inconclusive figures get extra rounds."""
+        backend = self.start_backend()
+        warmup = self.profile.workload.warmup
+        plan = self.plan()
+        extra = self.profile.gate.max_extra_repeats * rounds
+        prompts = self._prompts(name, 1, 0, warmup + rounds + extra)
+        measurement = Measurement()
+        self.run.measurements[name] = measurement
+        self.progress(f"perfgate: {name}: {rounds} sequential requests, {warmup} warmup")
+        loop = asyncio.new_event_loop()
+        client = pooled_client(backend.base_url, 1, plan.request_timeout_s)
+        records: list[RequestRecord] = []
+        queue = iter(prompts)
+
+        def send() -> RequestRecord:
+            body = request_body(
+                plan.api, plan.model, next(queue).text, plan.output_len, **plan.extras
+            )
+            return loop.run_until_complete(
+                stream_request(
+                    client,
+                    body,
+                    index=len(records),
+                    api=plan.api,
+                    timeout_s=plan.request_timeout_s,
+                    reasoning_fields=plan.reasoning_fields,
+                )
+            )
+
+        def one_round() -> None:
+            records.append(send())
+
+        def close_level(first: int, repeat: int) -> list[LevelData]:
+            batch = records[first:]
+            run = LevelRun(concurrency=1, records=batch, start=batch[0].start, end=batch[-1].end)
+            measurement.levels.append(LevelData.from_run(run, repeat))
+            self.save_run()
+            return measurement.levels
+
+        try:
+            for _ in range(warmup):
+                send()
+            runner(one_round, rounds)
+            if not records:  # a runner that ran nothing (e.g. benchmarks disabled oddly)
+                one_round()
+            runs = close_level(0, 0)
+            repeat = 0
+            while repeat < self.profile.gate.max_extra_repeats and self._still_inconclusive(
+                name, runs
+            ):
+                repeat += 1
+                self.progress(f"perfgate: {name} inconclusive; {rounds} more requests")
+                first = len(records)
+                plain_rounds(one_round, rounds)
+                runs = close_level(first, repeat)
+        finally:
+            loop.run_until_complete(client.aclose())
+            loop.close()
         return measurement
 
     def judge(self, name: str) -> list[Check]:
         """Compare a measurement's figures with the baseline and remember the checks."""
-        checks = [
-            check
-            for level in self.run.measurements[name].levels
-            for check in compare_level(name, level.metrics, self.baseline)
-        ]
+        checks = compare_samples(
+            measurement_samples(name, self.run.measurements[name]), self.baseline
+        )
         self.run.checks.extend(checks)
         self.save_run()
         return checks
@@ -247,7 +401,7 @@ class PerfgateSession:
     def table(self, name: str) -> str:
         """The concurrency table of one measurement."""
         m = self.run.measurements[name]
-        return render_table(name, [lv.metrics for lv in m.levels], self.baseline, m.not_run)
+        return render_table(name, m.table_rows(), self.baseline, m.not_run)
 
     # -- recording ---------------------------------------------------------------------
     def save_run(self) -> None:
@@ -260,25 +414,24 @@ class PerfgateSession:
 
     def record_baseline(self) -> list[str]:
         """Write a new baseline from this run; returns the lines to print."""
+        refuse = "perfgate: baseline NOT updated: "
         if self.correctness_failures:
-            return [
-                f"perfgate: baseline NOT updated: correctness failed "
-                f"({'; '.join(self.correctness_failures)})"
-            ]
+            return [f"{refuse}correctness failed ({'; '.join(self.correctness_failures)})"]
         if (failed := self.failed_requests()) or not self.run.measurements:
-            why = f"{failed} requests failed" if failed else "nothing was measured"
-            return [f"perfgate: baseline NOT updated: {why}"]
-        if any(m.not_run for m in self.run.measurements.values()):
-            return ["perfgate: baseline NOT updated: the sweep did not run every level"]
-        measured: dict[str, float] = {}
+            return [refuse + (f"{failed} requests failed" if failed else "nothing was measured")]
+        if any(m.not_run or m.aborted for m in self.run.measurements.values()):
+            return [f"{refuse}the sweep did not run every level"]
+        samples: dict[str, list[float]] = {}
         for name, m in self.run.measurements.items():
-            for level in m.levels:
-                measured.update(gated_figures(name, level.metrics))
+            samples.update(measurement_samples(name, m))
+        self.save_run()
+        kept_run = self.baseline_path.with_suffix(".run.json")
         new = build_baseline(
             self.profile.name,
-            self.profile.hardware,
-            measured,
+            self.hardware_key,
+            samples,
             self.baseline,
+            tolerance=self.options.tolerance,
             provenance={
                 "perfgate_version": __version__,
                 "git_commit": self.run.git_commit,
@@ -286,17 +439,17 @@ class PerfgateSession:
                 "engine": self.run.engine,
                 "engine_version": self.run.engine_version,
                 "model": self.profile.model.name,
-                "hardware": self.run.hardware,
-                "run_json": str(self.run_path),
+                "hardware": self.hardware,
+                "run_json": self._relative(kept_run),
             },
         )
         save_baseline(self.baseline_path, new)
-        lines = [
-            f"perfgate: baseline written to {self.baseline_path}:",
+        shutil.copyfile(self.run_path, kept_run)
+        # self.baseline stays the old one: the summary table shows old vs measured
+        return [
+            f"perfgate: baseline written to {self._relative(self.baseline_path)}:",
             *diff_lines(self.baseline, new),
         ]
-        self.baseline = new
-        return lines
 
     def _relative(self, path: Path) -> str:
         try:

@@ -5,10 +5,16 @@ import pytest
 pytestmark = pytest.mark.perf
 
 
-def test_single_request(measure, perf_gate, perfgate_session):
-    """Sequential requests at C=1: per-request tok/s and TTFT against the baseline."""
+def test_single_request(measure, perf_gate, perfgate_session, benchmark):
+    """Sequential requests at C=1, one per pytest-benchmark round: per-request tok/s and
+    TTFT against the baseline (--benchmark-autosave / --benchmark-compare work too)."""
     workload = perfgate_session.profile.workload
-    measure("single", [1], lambda c: workload.single_requests)
+    benchmark.extra_info["profile"] = perfgate_session.profile.name
+
+    def rounds(one_request, n):
+        benchmark.pedantic(one_request, rounds=n, iterations=1)
+
+    measure.single("single", workload.single_requests, rounds)
     perf_gate("single")
 
 

@@ -2,7 +2,7 @@
 
 from perfgate.launch.attach import AttachedBackend
 from perfgate.launch.base import Backend
-from perfgate.launch.hardware import describe_local_hardware
+from perfgate.launch.hardware import describe_local_hardware, hardware_key
 from perfgate.launch.process import ProcessBackend, free_port, launch_process
 
 __all__ = [
@@ -11,5 +11,6 @@ __all__ = [
     "ProcessBackend",
     "describe_local_hardware",
     "free_port",
+    "hardware_key",
     "launch_process",
 ]

@@ -4,11 +4,44 @@ from __future__ import annotations
 
 import os
 import platform
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 
-def describe_local_hardware() -> dict[str, str | int]:
-    """CPU model and count of this machine."""
+def local_gpus() -> list[str]:
+    """GPU names from nvidia-smi on this machine ([] where there is none)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+
+def hardware_key(hardware: dict[str, object]) -> str:
+    """A short file-name-safe key: ``2x-nvidia-rtx-a6000`` or ``cpu-2x-amd-epyc``."""
+    gpus = hardware.get("gpu_names") or []
+    if isinstance(gpus, list) and gpus:
+        name, count = str(gpus[0]), len(gpus)
+        prefix = ""
+    else:
+        name, count = str(hardware.get("cpu", "unknown")), hardware.get("cpus", 0)
+        prefix = "cpu-"
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return f"{prefix}{count}x-{slug}"
+
+
+def describe_local_hardware() -> dict[str, object]:
+    """CPU model and count, and GPUs, of this machine."""
     model = platform.processor() or "unknown"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -17,9 +50,13 @@ def describe_local_hardware() -> dict[str, str | int]:
                 break
     except OSError:
         pass
-    return {
+    gpus = local_gpus()
+    desc: dict[str, object] = {
         "cpu": model,
         "cpus": os.cpu_count() or 0,
-        "gpus": "none",
+        "gpu_names": gpus,
+        "gpus": len(gpus),
         "machine": platform.machine(),
     }
+    desc["key"] = hardware_key(desc)
+    return desc
