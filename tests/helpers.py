@@ -55,3 +55,33 @@ def run_pytest(*args: str, timeout: float = 600, **popen: object) -> subprocess.
         timeout=timeout,
         check=False,
     )
+
+
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
+
+
+def can_throttle_cpu() -> bool:
+    """Whether this machine lets tests cap a process's CPU (cgroup v1 cpu controller)."""
+    return (CPU_CGROUP / "cpu.cfs_quota_us").exists() and os.access(CPU_CGROUP, os.W_OK)
+
+
+class CpuThrottle:
+    """Caps a process (all its threads) to a fraction of one CPU, for real slowdowns."""
+
+    def __init__(self, pid: int, cpus: float) -> None:
+        import uuid
+
+        self.path = CPU_CGROUP / f"perfgate-test-{uuid.uuid4().hex[:8]}"
+        self.path.mkdir()
+        period = int((self.path / "cpu.cfs_period_us").read_text())
+        (self.path / "cpu.cfs_quota_us").write_text(str(int(period * cpus)))
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def close(self) -> None:
+        """Move what is left back to the root group and remove the group."""
+        try:
+            for pid in (self.path / "cgroup.procs").read_text().split():
+                (CPU_CGROUP / "cgroup.procs").write_text(pid)
+        except OSError:
+            pass
+        self.path.rmdir()

@@ -7,10 +7,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from perfgate.baseline import load_baseline
+from perfgate.baseline import (
+    GATED_FIGURES,
+    Expectation,
+    compare,
+    load_profile_baselines,
+    measurement_samples,
+)
 from perfgate.errors import PerfgateError
 from perfgate.profile import available_profiles, load_profile
-from perfgate.report import load_run, render_table
+from perfgate.report import RunRecord, load_run, render_table
 
 
 def _profiles(args: argparse.Namespace) -> int:
@@ -22,19 +28,80 @@ def _profiles(args: argparse.Namespace) -> int:
 
 
 def _baseline_show(args: argparse.Namespace) -> int:
-    path = Path(args.baselines_dir) / f"{args.profile}.json"
-    baseline = load_baseline(path)
-    if baseline is None:
-        print(f"no baseline at {path}; record one with `pytest -m perf --update-baselines`")
-        return 1
-    print(f"{path} (profile {baseline.profile}, hardware {baseline.hardware})")
-    for key, value in sorted(baseline.provenance.items()):
-        print(f"  {key}: {value}")
-    for key, exp in baseline.metrics.items():
+    baselines = load_profile_baselines(Path(args.baselines_dir), args.profile)
+    if not baselines:
         print(
-            f"  {key:36} {exp.value:>10.4g} {exp.unit:6} ±{exp.tolerance:.0%} "
-            f"({exp.direction} is better)"
+            f"no baseline for {args.profile} under {args.baselines_dir}/; record one with "
+            f"`pytest -m perf --profile {args.profile} --update-baselines`"
         )
+        return 1
+    for hardware, baseline in baselines.items():
+        print(f"{args.baselines_dir}/{args.profile}/{hardware}.json")
+        for key, value in sorted(baseline.provenance.items()):
+            print(f"  {key}: {value}")
+        for key, exp in baseline.metrics.items():
+            print(
+                f"  {key:36} {exp.value:>10.4g} {exp.unit:6} ±{exp.tolerance:.0%} "
+                f"({exp.direction} is better)"
+            )
+    return 0
+
+
+def _run_samples(run: RunRecord) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {}
+    for name, measurement in run.measurements.items():
+        samples.update(measurement_samples(name, measurement))
+    return samples
+
+
+def _compare(args: argparse.Namespace) -> int:
+    old, new = load_run(Path(args.old)), load_run(Path(args.new))
+    print(
+        f"OLD {args.old}: {old.engine} {old.engine_version}, profile "
+        f"{old.profile.get('name')}, {old.created_at}"
+    )
+    print(
+        f"NEW {args.new}: {new.engine} {new.engine_version}, profile "
+        f"{new.profile.get('name')}, {new.created_at}"
+    )
+    if old.profile.get("workload") != new.profile.get("workload"):
+        print("warning: the two runs used different workloads; figures may not be comparable")
+    old_samples, new_samples = _run_samples(old), _run_samples(new)
+    header = f"{'figure':34} | {'old':>10} | {'new':>10} | {'new 95% CI':>19} | {'Δ%':>7} | verdict"
+    print(header)
+    print("-" * len(header))
+    failed = 0
+    for key, old_values in old_samples.items():
+        direction, unit, _ = GATED_FIGURES[key.rsplit(".", 1)[-1]]
+        tolerance = args.tolerance if args.tolerance is not None else None
+        if key not in new_samples:
+            print(f"{key:34} | {'':>10} | {'not run':>10} |")
+            failed += 1
+            continue
+        reference = compare(key, old_values, None).measured
+        exp = Expectation(
+            value=reference,
+            direction=direction,
+            unit=unit,
+            tolerance=tolerance
+            if tolerance is not None
+            else GATED_FIGURES[key.rsplit(".", 1)[-1]][2],
+        )
+        check = compare(key, new_samples[key], exp)
+        failed += check.failed
+        ci = f"{check.low:.4g}..{check.high:.4g}"
+        print(
+            f"{key:34} | {reference:>10.4g} | {check.measured:>10.4g} | {ci:>19} | "
+            f"{check.delta_pct:>+7.1f} | {check.verdict.upper()}"
+        )
+    for key in new_samples.keys() - old_samples.keys():
+        print(
+            f"{key:34} | {'not run':>10} | {compare(key, new_samples[key], None).measured:>10.4g} |"
+        )
+    if failed:
+        print(f"{failed} figures regressed, inconclusive or missing in NEW")
+        return 1
+    print("no regression")
     return 0
 
 
@@ -68,6 +135,18 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("profile")
     show.add_argument("--baselines-dir", default="baselines")
     show.set_defaults(func=_baseline_show)
+    c = sub.add_parser(
+        "compare", help="gate NEW against OLD (two run JSON files); exit 1 on a regression"
+    )
+    c.add_argument("old")
+    c.add_argument("new")
+    c.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="relative tolerance for every figure (default: 35%% tok/s, 75%% TTFT)",
+    )
+    c.set_defaults(func=_compare)
     r = sub.add_parser("report", help="print the tables of a run JSON, recomputed from its records")
     r.add_argument("run_json")
     r.set_defaults(func=_report)

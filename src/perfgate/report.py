@@ -6,9 +6,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from perfgate.baseline import Baseline, Check, figure_key, write_json_atomic
+from perfgate.errors import PerfgateError
 from perfgate.metrics import LevelMetrics, Measurement
 
 RUN_SCHEMA_VERSION = 1
@@ -44,8 +45,17 @@ class RunRecord(BaseModel):
 
 
 def load_run(path: Path) -> RunRecord:
-    """Read a run JSON."""
-    return RunRecord.model_validate_json(path.read_text(encoding="utf-8"))
+    """Read a run JSON (a clear error when the file is not one this version can read)."""
+    try:
+        return RunRecord.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        first = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:3]
+        )
+        raise PerfgateError(
+            f"{path} is not a perfgate run JSON of schema {RUN_SCHEMA_VERSION} "
+            f"({exc.error_count()} problems, first: {first})"
+        ) from exc
 
 
 def _fmt(value: float | None, width: int, decimals: int) -> str:
