@@ -23,7 +23,8 @@ def small_profile(**server_args):
     workload = profile.workload.model_copy(
         update={"input_len": 48, "output_len": 16, "levels": [1, 2], "rounds": 2, "warmup": 1}
     )
-    profile = profile.model_copy(update={"workload": workload})
+    gate = profile.gate.model_copy(update={"repeats": 1, "max_extra_repeats": 0})
+    profile = profile.model_copy(update={"workload": workload, "gate": gate})
     return profile.with_server_args(**server_args) if server_args else profile
 
 
@@ -107,11 +108,11 @@ def test_server_killed_during_a_level_fails_fast_and_stops_the_sweep(tmp_path):
                 backend.base_url,
                 session.plan(),
                 [1, 2],
-                lambda c: prompts,
+                lambda c, repeat: prompts,
                 warmup=0,
                 level_timeout_s=60,
                 on_record=kill_after_first,
-                should_continue=lambda level: backend.alive(),
+                after_level=lambda c, runs: "next" if backend.alive() else "stop",
             )
         )
         elapsed = time.monotonic() - t0
