@@ -82,6 +82,28 @@ def test_a_4x_slower_server_is_aborted_within_20_percent_of_the_sweep(tmp_path):
     # the run JSON holds what was measured, and says why it stopped
     saved = load_run(slow.run_path).measurements["sweep"]
     assert saved.aborted == aborted.aborted and len(saved.levels) == 1
+    # the same two runs through `perfgate compare`, as a CI job after an engine upgrade
+    normal.finish("passed")
+    gate = compare_cli(normal.run_path, slow.run_path)
+    assert gate.returncode == 1, gate.stdout
+    agg = next(ln for ln in gate.stdout.splitlines() if ln.startswith("sweep.c1.agg_tok_s"))
+    assert agg.endswith("REGRESSED"), gate.stdout
+    assert "sweep.c8.agg_tok_s" in gate.stdout and "not run" in gate.stdout
+    same = compare_cli(normal.run_path, normal.run_path)
+    assert same.returncode == 0 and "no regression" in same.stdout, same.stdout
+
+
+def compare_cli(old, new):
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "perfgate.cli", "compare", str(old), str(new)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
 
 
 def test_inconclusive_levels_are_measured_again_up_to_the_bound(tmp_path, monkeypatch):
