@@ -107,6 +107,9 @@ def test_ctrl_c_stops_the_server_and_keeps_the_run_json(tmp_path):
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        # a terminal delivers Ctrl-C to a process whose SIGINT is at its default; a
+        # background job of a non-interactive shell (as in CI) inherits it ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     lines = []
     try:

@@ -1,0 +1,125 @@
+"""Degeneracy detectors on real-shaped text, answer checks, and the code sandbox."""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from perfgate.quality import (
+    DegeneracyLimits,
+    compression_ratio,
+    contains_answer,
+    distinct_ngram_ratio,
+    extract_code,
+    garbage_fraction,
+    is_degenerate,
+    loop_fraction,
+    run_sandboxed,
+)
+
+LIMITS = DegeneracyLimits()
+
+
+def test_loop_fraction():
+    assert loop_fraction("a b c d e f g h") == 0.0
+    assert loop_fraction("intro words here " + "x y " * 6) == pytest.approx(12 / 15)
+    assert loop_fraction(". " * 10) == 1.0
+
+
+def test_distinct_and_compression():
+    assert distinct_ngram_ratio("one two three four five") == 1.0
+    assert distinct_ngram_ratio("a b a b a b a b") == pytest.approx(2 / 6)
+    assert compression_ratio("abc" * 200) > 10 > compression_ratio("The quick brown fox.")
+
+
+def test_garbage_fraction():
+    assert garbage_fraction("plain text\nwith lines") == 0.0
+    assert garbage_fraction("ok\x00\x01\ufffd") == pytest.approx(3 / 5)
+
+
+def test_is_degenerate_examples():
+    assert is_degenerate("", LIMITS)[0].detector == "chars"
+    assert not is_degenerate("Paris.", LIMITS)
+    normal = (
+        "The weather in spring is mild, with rain in April and long sunny afternoons "
+        "in May, when gardens bloom and people spend more time outside."
+    )
+    assert not is_degenerate(normal, LIMITS)
+    looped = "hot. " + ". " * 30
+    names = {f.detector for f in is_degenerate(looped, LIMITS)}
+    assert {"loop_fraction", "distinct_3grams", "compression_ratio"} <= names
+
+
+def test_contains_answer_whole_words():
+    assert contains_answer(" The capital of France is Paris.", ["paris"])
+    assert not contains_answer(" Parisian food", ["Paris"])
+    assert contains_answer("4", ["4", "four"])
+
+
+def test_extract_code_fenced_and_completion():
+    assert extract_code("Here:\n```python\ndef f():\n    return 1\n```\nDone") == (
+        "def f():\n    return 1\n"
+    )
+    body = "\n    return n > 1\n\nprint('not part of it')\n"
+    assert extract_code(body, prefix="def is_prime(n):") == (
+        "def is_prime(n):\n    return n > 1\n\n"
+    )
+
+
+PRIME = """
+def is_prime(n):
+    if n < 2:
+        return False
+    i = 2
+    while i * i <= n:
+        if n % i == 0:
+            return False
+        i += 1
+    return True
+"""
+PRIME_TESTS = "assert [n for n in range(20) if is_prime(n)] == [2, 3, 5, 7, 11, 13, 17, 19]"
+
+
+def test_sandbox_passes_correct_code_and_fails_wrong_code():
+    assert run_sandboxed(PRIME, PRIME_TESTS).passed
+    wrong = run_sandboxed("def is_prime(n):\n    return n % 2 == 1\n", PRIME_TESTS)
+    assert not wrong.passed and "AssertionError" in wrong.output
+
+
+def test_sandbox_contains_a_runaway_loop():
+    t0 = time.monotonic()
+    result = run_sandboxed("while True:\n    pass\n", "", timeout_s=1.5)
+    assert time.monotonic() - t0 < 5
+    assert result.timed_out and not result.passed
+
+
+def test_sandbox_blocks_writes_outside_its_directory(tmp_path):
+    target = tmp_path / "escaped.txt"
+    code = f"open({str(target)!r}, 'w').write('owned')\n"
+    result = run_sandboxed(code, "")
+    assert not result.passed and "outside the sandbox" in result.output
+    assert not target.exists()
+    # writing inside its own directory is fine
+    assert run_sandboxed("open('scratch.txt', 'w').write('ok')\n", "").passed
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import socket\nsocket.create_connection(('127.0.0.1', 9))\n",
+        "import subprocess\nsubprocess.run(['true'])\n",
+        "import os\nos.system('true')\n",
+        "import os, signal\nos.kill(1, signal.SIGTERM)\n",
+        "import os\nos.remove('/etc/hostname')\n",
+    ],
+)
+def test_sandbox_refuses_network_processes_and_file_changes(code):
+    result = run_sandboxed(code, "")
+    assert not result.passed and "sandbox:" in result.output, result.output
+    assert Path("/etc/hostname").exists() or not os.path.exists("/etc")
+
+
+def test_sandbox_limits_memory():
+    result = run_sandboxed("x = bytearray(2 << 30)\n", "", memory_mb=256)
+    assert not result.passed and "MemoryError" in result.output
