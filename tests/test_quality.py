@@ -23,8 +23,11 @@ LIMITS = DegeneracyLimits()
 
 def test_loop_fraction():
     assert loop_fraction("a b c d e f g h") == 0.0
-    assert loop_fraction("intro words here " + "x y " * 6) == pytest.approx(12 / 15)
+    text = "intro words " + "x y " * 6
+    assert loop_fraction(text) == pytest.approx((len(text) - len("intro words")) / len(text))
     assert loop_fraction(". " * 10) == 1.0
+    assert loop_fraction("<img>" * 10) == 1.0  # no spaces needed
+    assert loop_fraction(", the, the, the, the, the") > 0.8  # cut mid-period still counts
 
 
 def test_distinct_and_compression():
@@ -36,6 +39,9 @@ def test_distinct_and_compression():
 def test_garbage_fraction():
     assert garbage_fraction("plain text\nwith lines") == 0.0
     assert garbage_fraction("ok\x00\x01\ufffd") == pytest.approx(3 / 5)
+    assert garbage_fraction("with<start_of_image><start_of_image>") > 0.8
+    assert garbage_fraction("Say hello.<|im_end|>") > 0.3
+    assert garbage_fraction("the <em><strong>Times</strong></em>") == 0.0  # HTML is fine
 
 
 def test_is_degenerate_examples():

@@ -87,6 +87,47 @@ class WorkloadSpec(_Strict):
         return levels
 
 
+class DegeneracyLimits(_Strict):
+    """Thresholds of the degeneracy detectors (calibrated per profile on real output)."""
+
+    min_chars: int = Field(1, ge=0, description="Fewer non-blank characters is 'empty'.")
+    max_loop_fraction: float = Field(
+        0.6, gt=0, le=1, description="Share of the text inside a loop repeating at its end."
+    )
+    min_distinct_3grams: float = Field(
+        0.35, ge=0, le=1, description="Distinct word 3-grams / all word 3-grams."
+    )
+    max_compression_ratio: float = Field(
+        4.0, gt=1, description="Bytes / zlib-compressed bytes; loops compress well."
+    )
+    max_garbage_fraction: float = Field(
+        0.05, ge=0, le=1, description="Share of control, replacement or unassigned characters."
+    )
+    min_words: int = Field(8, ge=1, description="Fewer words: no distinct-3-gram judgement.")
+    min_chars_for_shape: int = Field(
+        64, ge=1, description="Shorter texts: no loop or compression judgement."
+    )
+
+
+class CorrectnessSpec(_Strict):
+    """What the correctness suite demands of this backend."""
+
+    degeneracy: DegeneracyLimits = Field(default_factory=DegeneracyLimits)
+    degenerate_max: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Share of sampled open-ended answers allowed to look "
+        "degenerate (a small base model loops now and then).",
+    )
+    sample_temperature: float = Field(
+        0.7,
+        ge=0,
+        description="Temperature of the open-ended answers judged for degeneracy "
+        "(greedy decoding of a small base model loops by itself).",
+    )
+
+
 class GateSpec(_Strict):
     """How figures are judged against the baseline."""
 
@@ -116,6 +157,7 @@ class Profile(_Strict):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     workload: WorkloadSpec
     gate: GateSpec = Field(default_factory=GateSpec)
+    correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)
 
     def digest(self) -> str:
         """A short stable hash of the profile's content, for provenance."""

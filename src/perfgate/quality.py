@@ -23,31 +23,9 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from perfgate.profile import DegeneracyLimits
 
 _WORD = re.compile(r"\S+")
-
-
-class DegeneracyLimits(BaseModel):
-    """Thresholds of the degeneracy detectors (calibrated per profile on real output)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    min_chars: int = Field(1, ge=0, description="Fewer non-blank characters is 'empty'.")
-    max_loop_fraction: float = Field(
-        0.6, gt=0, le=1, description="Share of the words inside a loop repeating at the end."
-    )
-    min_distinct_3grams: float = Field(
-        0.35, ge=0, le=1, description="Distinct word 3-grams / all word 3-grams."
-    )
-    max_compression_ratio: float = Field(
-        4.0, gt=1, description="Bytes / zlib-compressed bytes; loops compress well."
-    )
-    max_garbage_fraction: float = Field(
-        0.05, ge=0, le=1, description="Share of control, replacement or unassigned characters."
-    )
-    min_words: int = Field(
-        8, ge=1, description="Texts with fewer words are judged only for emptiness and garbage."
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,18 +42,18 @@ class Finding:
         return f"{self.detector}={self.value:.3g} (limit {self.limit:.3g}) {state}"
 
 
-def loop_fraction(text: str, min_repeats: int = 3) -> float:
-    """Share of the words covered by the longest-covering period repeating at the end."""
-    words = _WORD.findall(text)
-    n = len(words)
+def loop_fraction(text: str, min_repeats: int = 3, window: int = 2000) -> float:
+    """Share of the text (characters) inside a pattern repeating at least ``min_repeats``
+    times at its end. Character-based, so loops without spaces count too."""
+    tail = text[-window:]
+    n = len(tail)
     best = 0
     for period in range(1, n // min_repeats + 1):
-        covered = period
-        while covered + period <= n and (
-            words[n - covered - period : n - covered] == words[n - period :]
-        ):
-            covered += period
-        if covered // period >= min_repeats:
+        i = n - 1 - period
+        while i >= 0 and tail[i] == tail[i + period]:
+            i -= 1
+        covered = n - 1 - i
+        if covered >= min_repeats * period:
             best = max(best, covered)
     return best / n if n else 0.0
 
@@ -93,18 +71,24 @@ def compression_ratio(text: str) -> float:
     return len(raw) / len(zlib.compress(raw, 9)) if raw else 1.0
 
 
+_SPECIAL_TOKEN = re.compile(r"<\|[^<>|]{1,40}\|>|<[a-z]+(?:_[a-z]+)+>")
+
+
 def garbage_fraction(text: str) -> float:
-    """Share of characters that no sane answer contains: controls, U+FFFD, unassigned."""
+    """Share of characters that no sane answer contains: controls, U+FFFD, unassigned, and
+    leaked special tokens such as ``<start_of_image>`` or ``<|im_end|>``."""
     if not text:
         return 0.0
-    bad = 0
+    total = len(text)
+    bad = sum(len(m) for m in _SPECIAL_TOKEN.findall(text))
+    text = _SPECIAL_TOKEN.sub("", text)
     for ch in text:
         if ch in "\n\t\r":
             continue
         category = unicodedata.category(ch)
         if ch == "\ufffd" or category in ("Cc", "Cn", "Co", "Cs"):
             bad += 1
-    return bad / len(text)
+    return bad / total
 
 
 def degeneracy(text: str, limits: DegeneracyLimits) -> list[Finding]:

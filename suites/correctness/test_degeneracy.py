@@ -1,0 +1,36 @@
+"""Degenerate output: sampled open-ended answers must look like text, not loops or junk.
+
+Greedy decoding of a small base model loops by itself on some prompts, so the
+answers judged here are sampled (seeded) at the profile's ``sample_temperature``.
+Limits come from the profile's ``[correctness.degeneracy]``.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfgate.quality import is_degenerate
+
+pytestmark = [pytest.mark.correctness, pytest.mark.perf]
+DATA = json.loads((Path(__file__).parent / "data" / "open_prompts.json").read_text())
+
+
+def test_sampled_answers_are_not_degenerate(llm, perfgate_session):
+    spec = perfgate_session.profile.correctness
+    bad = []
+    for prompt in DATA["prompts"]:
+        answer = llm.complete(
+            prompt,
+            max_tokens=DATA["max_tokens"],
+            temperature=spec.sample_temperature,
+            seed=DATA["seed"],
+        )
+        text = answer["choices"][0]["text"]
+        if failing := is_degenerate(text, spec.degeneracy):
+            bad.append(f"{prompt!r} → {text[:80]!r}: {', '.join(map(str, failing))}")
+    allowed = int(spec.degenerate_max * len(DATA["prompts"]))
+    assert len(bad) <= allowed, (
+        f"{len(bad)} of {len(DATA['prompts'])} answers degenerate (allowed {allowed}):\n"
+        + "\n".join(bad)
+    )
