@@ -309,3 +309,38 @@ def test_single_request_rounds_go_through_pytest_benchmark(tmp_path):
     bench = json.loads(saved[0].read_text())["benchmarks"][0]
     assert bench["name"] == "test_single_request" and bench["stats"]["rounds"] == 2
     assert bench["extra_info"]["profile"] == "tiny"
+
+
+def test_golden_outputs_catch_same_speed_different_answers(tmp_path):
+    """A quantized KV cache (a plausible engine-upgrade default change) keeps the speed
+    but changes greedy answers: the recorded golden outputs catch it."""
+    changed = profile_toml(
+        {"metrics = true": 'metrics = true, cache-type-k = "q4_0", cache-type-v = "q4_0"'},
+        tmp_path,
+    )
+    result = run_pytest(
+        "-m",
+        "correctness",
+        "-k",
+        "golden",
+        f"--profile={changed}",
+        f"--perf-output={tmp_path / 'out'}",
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    assert "golden greedy outputs:" in out and "exact (minimum 100%)" in out
+    assert "differs at character" in out
+
+
+def test_speculative_profile_is_compared_with_its_twin(tmp_path):
+    result = run_pytest(
+        "-m",
+        "correctness",
+        "-k",
+        "lossless",
+        "--profile=llamacpp-gemma3-270m-spec",
+        f"--perf-output={tmp_path}",
+    )
+    out = result.stdout + result.stderr
+    assert "starting twin profile llamacpp-gemma3-270m" in out
+    assert result.returncode == 0, out

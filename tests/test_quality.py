@@ -68,9 +68,9 @@ def test_extract_code_fenced_and_completion():
         "def f():\n    return 1\n"
     )
     body = "\n    return n > 1\n\nprint('not part of it')\n"
-    assert extract_code(body, prefix="def is_prime(n):") == (
-        "def is_prime(n):\n    return n > 1\n\n"
-    )
+    assert extract_code(body, prefix="def is_prime(n):") == "def is_prime(n):\n    return n > 1\n"
+    cut = "\n    return a + b\n\n\ndef sub(a, b):\n    return a -"
+    assert extract_code(cut, prefix="def add(a, b):") == "def add(a, b):\n    return a + b\n"
 
 
 PRIME = """
@@ -129,3 +129,27 @@ def test_sandbox_refuses_network_processes_and_file_changes(code):
 def test_sandbox_limits_memory():
     result = run_sandboxed("x = bytearray(2 << 30)\n", "", memory_mb=256)
     assert not result.passed and "MemoryError" in result.output
+
+
+# Reasoning fields as the engines document them: vLLM `reasoning` (older
+# `reasoning_content`), SGLang and llama.cpp `reasoning_content`. No reasoning model
+# runs on these machines, so these are fixtures of the documented formats.
+VLLM_MESSAGE = {"role": "assistant", "reasoning": "17 - 8 = 9.", "content": "9"}
+SGLANG_MESSAGE = {"role": "assistant", "reasoning_content": "All but 9 left.", "content": "9"}
+NO_PARSER = {"role": "assistant", "content": "<think>All but 9.</think>9"}
+
+
+@pytest.mark.parametrize("message", [VLLM_MESSAGE, SGLANG_MESSAGE])
+def test_reasoning_in_either_documented_field_passes(message):
+    from perfgate.quality import message_reasoning, reasoning_problems
+
+    assert not reasoning_problems(message_reasoning(message), message["content"])
+
+
+def test_reasoning_missing_or_leaked_fails():
+    from perfgate.quality import message_reasoning, reasoning_problems
+
+    problems = reasoning_problems(message_reasoning(NO_PARSER), NO_PARSER["content"])
+    assert any("no reasoning" in p for p in problems)
+    assert any("think tags leaked" in p for p in problems)
+    assert reasoning_problems("thinking", "") == ["no content after the reasoning"]

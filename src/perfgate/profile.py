@@ -126,6 +126,33 @@ class CorrectnessSpec(_Strict):
         description="Temperature of the open-ended answers judged for degeneracy "
         "(greedy decoding of a small base model loops by itself).",
     )
+    prompt_style: Literal["completion", "chat"] = Field(
+        "completion", description="Base models get completion prompts, instruct models chat."
+    )
+    reasoning: bool = Field(
+        False,
+        description="The engine runs a reasoning parser: chat answers must carry separate "
+        "non-empty reasoning and content.",
+    )
+    known_answers_min: float = Field(
+        1.0, ge=0, le=1, description="Share of known-answer prompts that must be right."
+    )
+    code_min_pass: float = Field(
+        0.0, ge=0, le=1, description="Share of code tasks whose code must pass its tests."
+    )
+    golden_min_exact: float = Field(
+        1.0, ge=0, le=1, description="Share of golden greedy outputs that must match exactly."
+    )
+    twin_profile: str | None = Field(
+        None, description="Non-speculative twin whose greedy output this profile must equal."
+    )
+    twin_min_exact: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="Share of greedy outputs that must equal the twin's "
+        "(batched draft verification can flip a near-tie token).",
+    )
 
 
 class GateSpec(_Strict):

@@ -147,18 +147,18 @@ _FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
 
 
 def extract_code(text: str, prefix: str = "") -> str:
-    """The Python code in an answer: the first fenced block, else ``prefix + text`` cut at
-    the first line that leaves the function (a base model's completion of a ``def``)."""
+    """The Python code in an answer: the first fenced block, else ``prefix + text`` up to
+    the end of the first top-level block (a base model's completion of a ``def`` goes on
+    with more functions, the last one cut off by max_tokens)."""
     fenced = _FENCE.search(text)
     if fenced:
         return fenced.group(1)
-    lines = (prefix + text).splitlines()
     kept: list[str] = []
-    for line in lines:
-        if kept and line and not line[0].isspace() and not line.startswith(("def ", "@")):
+    for line in (prefix + text).splitlines():
+        if kept and line.strip() and not line[0].isspace():
             break
         kept.append(line)
-    return "\n".join(kept) + "\n"
+    return "\n".join(kept).rstrip() + "\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,3 +260,29 @@ def run_sandboxed(
         )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+REASONING_FIELDS = ("reasoning", "reasoning_content")
+
+
+def message_reasoning(message: dict[str, object]) -> str:
+    """Reasoning text of a non-streamed chat message, in whichever field the engine uses."""
+    for name in REASONING_FIELDS:
+        value = message.get(name)
+        if isinstance(value, str) and value.strip():
+            return value
+    return ""
+
+
+def reasoning_problems(reasoning: str, content: str) -> list[str]:
+    """What is wrong with a reasoning model's answer (empty list when fine)."""
+    problems = []
+    if not reasoning.strip():
+        problems.append("no reasoning text (checked fields: reasoning, reasoning_content)")
+    if not content.strip():
+        problems.append("no content after the reasoning")
+    if reasoning.strip() and reasoning.strip() == content.strip():
+        problems.append("reasoning and content are the same text (parser not separating)")
+    if "</think>" in content or "<think>" in content:
+        problems.append("think tags leaked into the content (reasoning parser off?)")
+    return problems

@@ -22,22 +22,26 @@ from perfgate import __version__
 from perfgate.baseline import (
     Baseline,
     Check,
+    GoldenOutputs,
     baseline_path,
     build_baseline,
     compare_samples,
     diff_lines,
+    golden_path,
     level_samples,
+    load_golden,
     load_profile_baselines,
     measurement_samples,
     save_baseline,
+    save_golden,
 )
-from perfgate.client import RequestRecord, request_body, stream_request
+from perfgate.client import RequestRecord, SimpleClient, request_body, stream_request
 from perfgate.engines import Engine, get_engine
 from perfgate.errors import BackendError, WorkloadError
 from perfgate.launch import AttachedBackend, Backend, describe_local_hardware, launch_process
 from perfgate.load import Decision, LevelRun, RequestPlan, pooled_client, run_sweep
 from perfgate.metrics import LevelData, Measurement
-from perfgate.profile import Profile
+from perfgate.profile import Profile, load_profile
 from perfgate.report import RunRecord, render_table
 from perfgate.stats import median
 from perfgate.workload import Prompt, Tokenizer, build_prompts
@@ -111,10 +115,13 @@ class PerfgateSession:
         self.baseline: Baseline | None = known.get(self.hardware_key)
         self.other_hardware = sorted(k for k in known if k != self.hardware_key)
         self.baseline_path = baseline_path(baselines_dir, profile.name, self.hardware_key)
+        self.golden = load_golden(golden_path(self.baseline_path))
+        self.golden_outputs: GoldenOutputs | None = None  # produced by this run
         self.owner = f"perfgate-{uuid.uuid4().hex[:12]}"
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         self.run_path = output_dir / "runs" / f"{profile.name}-{stamp}-{self.owner[-6:]}.json"
         self.backend: Backend | None = None
+        self.twins: dict[str, Backend] = {}
         self.backend_error: BackendError | None = None
         self.correctness_failures: list[str] = []
         self.run = RunRecord(
@@ -191,9 +198,28 @@ class PerfgateSession:
         return launch_process(self.profile, self.engine, self.output_dir / "logs", owner=self.owner)
 
     def stop_backend(self) -> None:
-        """Stop the backend if perfgate started it."""
+        """Stop the backend (and a twin) if perfgate started them."""
         if self.backend is not None:
             self.backend.stop()
+        for twin in self.twins.values():
+            twin.stop()
+
+    def twin_client(self, name: str) -> SimpleClient:
+        """A client of the profile's twin (started on first use, stopped with the backend)."""
+        if name not in self.twins:
+            twin = load_profile(name, self.root / "profiles")
+            self.progress(f"perfgate: starting twin profile {name}")
+            backend = launch_process(
+                twin, get_engine(twin.engine), self.output_dir / "logs", owner=self.owner
+            )
+            self.twins[name] = backend
+            backend.wait_ready(twin.timeouts.startup_s)
+        twin_backend = self.twins[name]
+        return SimpleClient(
+            twin_backend.base_url,
+            self.profile.model.name,
+            timeout_s=self.profile.timeouts.request_s,
+        )
 
     def evidence(self) -> str:
         """Server state and log tail, for failure messages."""
@@ -445,10 +471,18 @@ class PerfgateSession:
         )
         save_baseline(self.baseline_path, new)
         shutil.copyfile(self.run_path, kept_run)
+        lines = []
+        if self.golden_outputs is not None:
+            save_golden(golden_path(self.baseline_path), self.golden_outputs)
+            lines.append(
+                f"perfgate: {len(self.golden_outputs.outputs)} golden greedy outputs "
+                f"written to {self._relative(golden_path(self.baseline_path))}"
+            )
         # self.baseline stays the old one: the summary table shows old vs measured
         return [
             f"perfgate: baseline written to {self._relative(self.baseline_path)}:",
             *diff_lines(self.baseline, new),
+            *lines,
         ]
 
     def _relative(self, path: Path) -> str:

@@ -14,13 +14,20 @@ from perfgate.errors import EngineUnavailable
 from perfgate.profile import ArgValue, ModelSpec, Profile
 
 
-def flags_from_args(args: dict[str, ArgValue]) -> list[str]:
+def flags_from_args(args: dict[str, ArgValue], model_path: str | None = None) -> list[str]:
     """Turn a profile's ``flag = value`` table into command-line arguments.
 
     ``true`` gives a bare flag, ``false`` omits it, a list repeats it, a table is passed
-    as one JSON argument (e.g. a speculative config). Keys keep their order.
+    as one JSON argument (e.g. a speculative config). Keys keep their order. In string
+    values ``{model_path}`` becomes the resolved model path (e.g. a draft model that is
+    the model itself).
     """
     out: list[str] = []
+    if model_path is not None:
+        args = {
+            k: v.replace("{model_path}", model_path) if isinstance(v, str) else v
+            for k, v in args.items()
+        }
     for key, value in args.items():
         flag = key if key.startswith("-") else f"--{key}"
         if value is True:
@@ -83,6 +90,10 @@ class Engine:
     def version(self, client: httpx.Client) -> str:
         """The engine's version as the server reports it, or 'unknown'."""
         return "unknown"
+
+    def deterministic_extras(self) -> dict[str, Any]:
+        """Request fields that make greedy output reproducible (no reuse of cached state)."""
+        return {}
 
     def completion_extras(self) -> dict[str, Any]:
         """Request fields that force exactly ``max_tokens`` of output."""

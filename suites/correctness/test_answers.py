@@ -1,0 +1,60 @@
+"""Known answers, executable answers, and natural ends.
+
+Known answers: a shipped prompt set with checkable answers (completion prompts for
+base models, chat prompts for instruct models); the share right must reach the
+profile's ``known_answers_min``. Code tasks: the answer's code runs against test
+cases in the sandbox; the share passing must reach ``code_min_pass``.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfgate.quality import contains_answer, extract_code, run_sandboxed
+
+pytestmark = [pytest.mark.correctness, pytest.mark.perf]
+DATA = Path(__file__).parent / "data"
+KNOWN = json.loads((DATA / "known_answers.json").read_text())
+CODE = json.loads((DATA / "code_tasks.json").read_text())
+
+
+def ask(llm, style, prompt, **params):
+    if style == "chat":
+        body = llm.complete(prompt, api="chat", temperature=0, **params)
+        return body["choices"][0]["message"]["content"] or "", body["choices"][0]
+    body = llm.complete(prompt, temperature=0, **params)
+    return body["choices"][0]["text"], body["choices"][0]
+
+
+def test_known_answers(llm, perfgate_session):
+    spec = perfgate_session.profile.correctness
+    cases = KNOWN[spec.prompt_style]
+    wrong = []
+    for case in cases:
+        text, _ = ask(
+            llm, spec.prompt_style, case["prompt"], max_tokens=24, stop=case.get("stop", ["\n"])
+        )
+        if not contains_answer(text, case["answers"]):
+            wrong.append(f"{case['prompt']!r} → {text!r} (expected {case['answers']})")
+    right = 1 - len(wrong) / len(cases)
+    assert right >= spec.known_answers_min, (
+        f"known answers: {right:.0%} right (minimum {spec.known_answers_min:.0%}):\n"
+        + "\n".join(wrong)
+    )
+
+
+def test_code_answers_run_in_the_sandbox(llm, perfgate_session):
+    spec = perfgate_session.profile.correctness
+    failed = []
+    for task in CODE[spec.prompt_style]:
+        text, _ = ask(llm, spec.prompt_style, task["prompt"], max_tokens=task["max_tokens"])
+        prefix = task["prompt"] if spec.prompt_style == "completion" else ""
+        result = run_sandboxed(extract_code(text, prefix=prefix), task["tests"])
+        if not result.passed:
+            why = "timed out" if result.timed_out else result.output.strip()[-200:]
+            failed.append(f"{task['name']}: {why}")
+    passed = 1 - len(failed) / len(CODE[spec.prompt_style])
+    assert passed >= spec.code_min_pass, (
+        f"code tasks: {passed:.0%} pass (minimum {spec.code_min_pass:.0%}):\n" + "\n".join(failed)
+    )

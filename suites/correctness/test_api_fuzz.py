@@ -1,0 +1,90 @@
+"""API contract fuzzing (hypothesis, bounded): valid requests never get a 5xx or a
+malformed answer, invalid ones get a 4xx that says why, and the server stays healthy."""
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytestmark = pytest.mark.correctness
+FUZZ = settings(
+    max_examples=25,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+
+
+@pytest.fixture(scope="module")
+def http(backend):
+    with httpx.Client(base_url=backend.base_url, timeout=60.0) as client:
+        yield client
+
+
+def check_valid_completion(body, max_tokens):
+    choice = body["choices"][0]
+    assert isinstance(choice["text"], str)
+    assert choice["finish_reason"] in ("stop", "length")
+    usage = body["usage"]
+    assert 0 <= usage["completion_tokens"] <= max_tokens
+    assert usage["prompt_tokens"] >= 0
+
+
+@FUZZ
+@given(
+    prompt=st.text(max_size=40),
+    max_tokens=st.integers(1, 12),
+    temperature=st.floats(0.0, 2.0),
+    top_p=st.floats(0.05, 1.0),
+    stop=st.lists(st.text(min_size=1, max_size=4), max_size=3),
+)
+def test_valid_parameters_never_fail_the_server(
+    http, llm, prompt, max_tokens, temperature, top_p, stop
+):
+    response = http.post(
+        "/v1/completions",
+        json={
+            "model": llm.model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+            "stop": stop,
+            "seed": 0,
+        },
+    )
+    assert response.status_code < 500, response.text[:300]
+    if response.status_code == 200:
+        check_valid_completion(response.json(), max_tokens)
+    else:  # refusing a valid request is allowed only with a reason
+        assert response.json().get("error"), response.text[:300]
+
+
+INVALID = st.sampled_from(
+    [
+        {"max_tokens": "ten"},
+        {"temperature": "hot"},
+        {"prompt": {"not": "a prompt"}},
+        {"top_p": [1]},
+        {"messages": "hello"},
+    ]
+)
+
+
+@FUZZ
+@given(bad=INVALID, prompt=st.text(max_size=20))
+def test_invalid_parameters_get_a_4xx_with_a_message(http, llm, bad, prompt):
+    body = {"model": llm.model, "prompt": prompt, "max_tokens": 4, **bad}
+    path = "/v1/chat/completions" if "messages" in bad else "/v1/completions"
+    response = http.post(path, json=body)
+    assert 400 <= response.status_code < 500, (bad, response.status_code, response.text[:300])
+    error = response.json().get("error")
+    assert error and (error.get("message") if isinstance(error, dict) else error), response.text
+
+
+def test_server_is_healthy_after_fuzzing(http, llm):
+    assert http.get("/health").status_code == 200
+    record = llm.stream(
+        "Q: What is the capital of France?\nA:", max_tokens=8, temperature=0, stop=["\n"]
+    )
+    assert record.ok and "Paris" in record.text
