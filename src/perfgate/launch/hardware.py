@@ -28,26 +28,36 @@ def local_gpus() -> list[str]:
 
 
 def hardware_key(hardware: dict[str, object]) -> str:
-    """A short file-name-safe key: ``2x-nvidia-rtx-a6000`` or ``cpu-2x-amd-epyc``."""
+    """A short file-name-safe key: ``2x-nvidia-rtx-a6000`` or ``cpu-2x-amd-epyc-avx512``."""
     gpus = hardware.get("gpu_names") or []
     if isinstance(gpus, list) and gpus:
         name, count = str(gpus[0]), len(gpus)
         prefix = ""
     else:
         name, count = str(hardware.get("cpu", "unknown")), hardware.get("cpus", 0)
+        name += f" {hardware.get('isa', '')}"  # the same CPU name can hide different SIMD
         prefix = "cpu-"
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
     return f"{prefix}{count}x-{slug}"
 
 
+def cpu_isa(flags: set[str]) -> str:
+    """The widest SIMD level llama.cpp-style kernels would use: avx512, avx2, or ''."""
+    if "avx512f" in flags:
+        return "avx512"
+    return "avx2" if "avx2" in flags else ""
+
+
 def describe_local_hardware() -> dict[str, object]:
     """CPU model and count, and GPUs, of this machine."""
     model = platform.processor() or "unknown"
+    flags: set[str] = set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith("model name") and model in ("unknown", platform.processor()):
                 model = line.split(":", 1)[1].strip()
-                break
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
     except OSError:
         pass
     gpus = local_gpus()
@@ -56,6 +66,7 @@ def describe_local_hardware() -> dict[str, object]:
         "cpus": os.cpu_count() or 0,
         "gpu_names": gpus,
         "gpus": len(gpus),
+        "isa": cpu_isa(flags),
         "machine": platform.machine(),
     }
     desc["key"] = hardware_key(desc)
