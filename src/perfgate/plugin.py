@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from types import FrameType
 
@@ -80,7 +80,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("perfgate_baselines_dir", "baselines directory", default="baselines")
 
 
-def _progress(config: pytest.Config) -> object:
+def _progress(config: pytest.Config) -> Callable[[str], None]:
     def write(message: str) -> None:
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         capture = config.pluginmanager.get_plugin("capturemanager")

@@ -250,11 +250,10 @@ class PerfgateSession:
             seed = random.Random(f"{w.seed}:{name}:{concurrency}:{repeat}").getrandbits(32)
             return build_prompts(tokenizer, count, w.input_len, seed)
 
-    def _abort_reason(self, name: str, run: LevelRun) -> str | None:
+    def _abort_reason(self, name: str, data: LevelData) -> str | None:
         """Why a sweep should stop right after this level run (far below baseline)."""
         if self.baseline is None or self.abort_below <= 0:
             return None
-        data = LevelData.from_run(run)
         for key, samples in level_samples(name, [data]).items():
             exp = self.baseline.metrics.get(key)
             if exp is None or exp.direction != "higher" or key.endswith("ttft_s"):
@@ -262,7 +261,7 @@ class PerfgateSession:
             value = median(samples)
             if value < self.abort_below * exp.value:
                 return (
-                    f"early abort at C={run.concurrency}: {key} {value:.4g} {exp.unit} is "
+                    f"early abort at C={data.concurrency}: {key} {value:.4g} {exp.unit} is "
                     f"below {self.abort_below:.0%} of the baseline {exp.value:.4g} "
                     f"{exp.unit}"
                 )
@@ -311,13 +310,13 @@ class PerfgateSession:
             if not backend.alive():
                 self.progress("perfgate: server is no longer running; stopping the sweep")
                 return "stop"
-            if len(runs) == 1 and (reason := self._abort_reason(name, runs[0])):
+            done = measurement.by_concurrency()[c]  # this level's runs, metrics computed
+            if len(runs) == 1 and (reason := self._abort_reason(name, done[0])):
                 measurement.aborted = reason
                 self.progress(f"perfgate: {reason}; stopping the sweep")
                 return "stop"
             if len(runs) < self.repeats:
                 return "repeat"
-            done = measurement.by_concurrency()[c]
             if len(runs) < most and self._still_inconclusive(name, done):
                 self.progress(f"perfgate: {name} C={c} inconclusive; measuring again")
                 return "repeat"
@@ -461,6 +460,7 @@ class PerfgateSession:
             provenance={
                 "perfgate_version": __version__,
                 "git_commit": self.run.git_commit,
+                "profile": self.run.profile,
                 "profile_digest": self.run.profile_digest,
                 "engine": self.run.engine,
                 "engine_version": self.run.engine_version,
