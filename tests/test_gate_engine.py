@@ -150,3 +150,28 @@ def test_repeats_option_runs_each_level_that_many_times(tmp_path):
     samples = measurement_samples("sweep", measured)
     assert len(samples["sweep.c1.agg_tok_s"]) == 3  # one per repeat
     assert len(samples["sweep.c1.ttft_s"]) == 6  # one per request
+
+
+def test_spec_acceptance_is_measured_over_the_window_and_matches_the_server(tmp_path):
+    profile = load_profile("llamacpp-gemma3-270m-spec", ROOT / "profiles")
+    workload = profile.workload.model_copy(
+        update={"input_len": 32, "output_len": 24, "levels": [1, 2], "rounds": 2, "warmup": 1}
+    )
+    gate = profile.gate.model_copy(update={"repeats": 1, "max_extra_repeats": 0})
+    profile = profile.model_copy(update={"workload": workload, "gate": gate})
+    session = new_session(profile, tmp_path, "spec")
+    try:
+        measured = sweep(session, profile)
+    finally:
+        session.stop_backend()
+    for level in measured.levels:
+        spec = level.spec
+        assert spec is not None and spec.draft_tokens > 0
+        # the server's per-response timings over the measured requests (warmup excluded)
+        drafted = sum(r.server_timings["draft_n"] for r in level.records)
+        accepted = sum(r.server_timings["draft_n_accepted"] for r in level.records)
+        assert (spec.draft_tokens, spec.accepted) == (drafted, accepted)
+        assert 0 < spec.accept_rate <= 1 and spec.mean_accept_length > 1
+    samples = measurement_samples("sweep", measured)
+    assert "sweep.c1.accept_rate" in samples and "sweep.c2.accept_rate" in samples
+    assert "Accept%" in session.table("sweep")

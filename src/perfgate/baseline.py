@@ -31,6 +31,7 @@ GATED_FIGURES: dict[str, tuple[Direction, str, float]] = {
     "agg_tok_s": ("higher", "tok/s", 0.35),
     "per_request_tok_s": ("higher", "tok/s", 0.35),
     "ttft_s": ("lower", "s", 0.75),
+    "accept_rate": ("higher", "", 0.2),
 }
 KEY_PATTERN = re.compile(
     r"^(?P<measurement>[a-z][a-z0-9_]*)\.c(?P<c>[1-9][0-9]*)\.(?P<figure>\w+)$"
@@ -152,6 +153,9 @@ def level_samples(measurement: str, runs: list[LevelData]) -> dict[str, list[flo
         "agg_tok_s": [run.metrics.agg_tok_s for run in runs if run.metrics.ok],
         "per_request_tok_s": [v for r in records if (v := request_tok_s(r))],
         "ttft_s": [v for r in records if (v := r.ttft) is not None],
+        "accept_rate": [
+            rate for run in runs if run.spec and (rate := run.spec.accept_rate) is not None
+        ],
     }
     return {figure_key(measurement, c, name): v for name, v in samples.items() if v}
 

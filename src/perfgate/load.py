@@ -125,11 +125,15 @@ async def run_level(
     level_timeout_s: float,
     clock: Callable[[], float] = time.perf_counter,
     on_record: OnRecord | None = None,
+    on_measure_start: Callable[[], None] | None = None,
 ) -> LevelRun:
-    """Run ``warmup`` unmeasured requests, then the rest of ``prompts`` at ``concurrency``."""
+    """Run ``warmup`` unmeasured requests, then the rest of ``prompts`` at ``concurrency``.
+    ``on_measure_start`` runs between the two (e.g. to read server counters)."""
     deadline = clock() + level_timeout_s
     warm, measured = prompts[:warmup], prompts[warmup:]
     warmup_records, _ = await _run_requests(client, plan, warm, concurrency, deadline, clock, None)
+    if on_measure_start is not None:
+        on_measure_start()
     start = clock()
     records, deadline_hit = await _run_requests(
         client, plan, measured, concurrency, deadline, clock, on_record
@@ -156,6 +160,7 @@ async def run_sweep(
     after_level: AfterLevel | None = None,
     on_record: OnRecord | None = None,
     on_level: Callable[[LevelRun, int], None] | None = None,
+    on_measure_start: Callable[[], None] | None = None,
 ) -> SweepRun:
     """Run levels in order on one pooled client.
 
@@ -177,6 +182,7 @@ async def run_sweep(
                     warmup=warmup,
                     level_timeout_s=level_timeout_s,
                     on_record=on_record,
+                    on_measure_start=on_measure_start,
                 )
                 runs.append(level)
                 done.append(level)

@@ -134,6 +134,32 @@ def level_metrics(level: LevelRun) -> LevelMetrics:
     )
 
 
+class SpecStats(BaseModel):
+    """Speculative decoding over exactly one measured level run (counter deltas)."""
+
+    drafts: float = Field(description="Draft rounds.")
+    draft_tokens: float = Field(description="Tokens proposed by the drafter.")
+    accepted: float = Field(description="Proposed tokens the target model accepted.")
+    accepted_per_position: list[float] = Field(
+        default_factory=list, description="Accepted tokens by draft position."
+    )
+
+    @property
+    def accept_rate(self) -> float | None:
+        """accepted / draft tokens."""
+        return self.accepted / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def mean_accept_length(self) -> float | None:
+        """1 + accepted / drafts: tokens gained per target forward pass."""
+        return 1 + self.accepted / self.drafts if self.drafts else None
+
+    @property
+    def per_position_rates(self) -> list[float]:
+        """Acceptance rate at each draft position (accepted there / drafts)."""
+        return [a / self.drafts for a in self.accepted_per_position] if self.drafts else []
+
+
 class LevelData(BaseModel):
     """One level of a measurement: raw records and the metrics derived from them."""
 
@@ -145,11 +171,13 @@ class LevelData(BaseModel):
     warmup_requests: int = 0
     records: list[RequestRecord]
     metrics: LevelMetrics
+    spec: SpecStats | None = Field(None, description="Speculative decoding in this run.")
 
     @classmethod
-    def from_run(cls, level: LevelRun, repeat: int = 0) -> LevelData:
+    def from_run(cls, level: LevelRun, repeat: int = 0, spec: SpecStats | None = None) -> LevelData:
         """Keep a level's raw records with its metrics."""
         return cls(
+            spec=spec,
             concurrency=level.concurrency,
             repeat=repeat,
             start=level.start,
@@ -186,6 +214,15 @@ class Measurement(BaseModel):
         for level in self.levels:
             groups.setdefault(level.concurrency, []).append(level)
         return groups
+
+    def accept_rates(self) -> list[float | None]:
+        """Pooled speculative acceptance rate per concurrency (None without spec stats)."""
+        rates: list[float | None] = []
+        for runs in self.by_concurrency().values():
+            stats = [run.spec for run in runs if run.spec]
+            drafted = sum(s.draft_tokens for s in stats)
+            rates.append(sum(s.accepted for s in stats) / drafted if drafted else None)
+        return rates
 
     def table_rows(self) -> list[LevelMetrics]:
         """One row per concurrency: metrics over all its repeats pooled."""

@@ -17,6 +17,7 @@ HEADER = (
     f"{'C':>4} | {'Agg tok/s':>10} | {'Per-req tok/s':>14} | {'TTFT(s)':>8} | "
     f"{'Tokens':>8} | {'Wall(s)':>8} | {'Ok':>4} | {'Fail':>4}"
 )
+ACCEPT_HEADER = f" | {'Accept%':>7}"
 BASELINE_HEADER = f" | {'Base agg':>9} | {'Δ agg%':>7} | {'Base per-req':>12} | {'Δ per-req%':>10}"
 
 
@@ -73,12 +74,14 @@ def render_table(
     levels: list[LevelMetrics],
     baseline: Baseline | None,
     not_run: list[int] | None = None,
+    accept_rates: list[float | None] | None = None,
 ) -> str:
     """The concurrency table, one row per level, with baseline and Δ% where one exists."""
     expected = baseline.metrics if baseline else {}
-    header = HEADER + (BASELINE_HEADER if baseline else "")
+    spec = accept_rates is not None and any(r is not None for r in accept_rates)
+    header = HEADER + (BASELINE_HEADER if baseline else "") + (ACCEPT_HEADER if spec else "")
     lines = [header, "-" * len(header)]
-    for m in levels:
+    for index, m in enumerate(levels):
         row = (
             f"{m.concurrency:>4} | {m.agg_tok_s:>10.2f} | "
             f"{_fmt(m.per_request_tok_s.mean, 14, 2)} | {_fmt(m.ttft_s.mean, 8, 3)} | "
@@ -93,6 +96,9 @@ def render_table(
                 f" | {_fmt(agg_v, 9, 2)} | {_delta(m.agg_tok_s, agg_v):>7} | "
                 f"{_fmt(per_v, 12, 2)} | {_delta(m.per_request_tok_s.mean, per_v):>10}"
             )
+        if spec and accept_rates is not None:
+            rate = accept_rates[index]
+            row += f" | {_fmt(None if rate is None else rate * 100, 7, 1)}"
         lines.append(row)
     for c in not_run or []:
         lines.append(f"{c:>4} | {'not run':>10} |")

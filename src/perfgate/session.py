@@ -36,11 +36,11 @@ from perfgate.baseline import (
     save_golden,
 )
 from perfgate.client import RequestRecord, SimpleClient, request_body, stream_request
-from perfgate.engines import Engine, get_engine
+from perfgate.engines import Engine, SpecCounters, get_engine
 from perfgate.errors import BackendError, WorkloadError
 from perfgate.launch import AttachedBackend, Backend, describe_local_hardware, launch_process
 from perfgate.load import Decision, LevelRun, RequestPlan, pooled_client, run_sweep
-from perfgate.metrics import LevelData, Measurement
+from perfgate.metrics import LevelData, Measurement, SpecStats
 from perfgate.profile import Profile, load_profile
 from perfgate.report import RunRecord, render_table
 from perfgate.stats import median
@@ -79,6 +79,39 @@ class GateOptions:
     repeats: int | None = None
     abort_below: float | None = None
     tolerance: float | None = None  # used when writing baselines
+
+
+class SpecWindow:
+    """Speculative-decoding counter deltas over exactly the measured part of a level."""
+
+    def __init__(self, engine: Engine, base_url: str) -> None:
+        self.engine = engine
+        self.base_url = base_url
+        self.before: SpecCounters | None = None
+
+    def _read(self) -> SpecCounters | None:
+        if self.engine.metrics_path is None:
+            return None
+        with httpx.Client(base_url=self.base_url, timeout=10.0) as client:
+            return self.engine.spec_counters(client)
+
+    def open(self) -> None:
+        """Read the counters as measured requests start."""
+        self.before = self._read()
+
+    def close(self) -> SpecStats | None:
+        """Counts since ``open`` (None where the server exposes no spec counters)."""
+        after = self._read()
+        if after is None or self.before is None:
+            return None
+        delta = after.minus(self.before)
+        self.before = None
+        return SpecStats(
+            drafts=delta.drafts,
+            draft_tokens=delta.draft_tokens,
+            accepted=delta.accepted,
+            accepted_per_position=list(delta.accepted_per_position),
+        )
 
 
 class PerfgateSession:
@@ -281,6 +314,7 @@ class PerfgateSession:
         measurement = Measurement()
         self.run.measurements[name] = measurement
         most = self.repeats + self.profile.gate.max_extra_repeats
+        spec_window = SpecWindow(self.engine, backend.base_url)
 
         def prompts_for(c: int, repeat: int) -> list[Prompt]:
             total = requests_at(c)
@@ -296,7 +330,7 @@ class PerfgateSession:
                 self.progress(f"perfgate:   request failed: {record.error}")
 
         def on_level(level: LevelRun, repeat: int) -> None:
-            data = LevelData.from_run(level, repeat)
+            data = LevelData.from_run(level, repeat, spec=spec_window.close())
             measurement.levels.append(data)
             m = data.metrics
             self.progress(
@@ -334,6 +368,7 @@ class PerfgateSession:
                     after_level=after_level,
                     on_record=on_record,
                     on_level=on_level,
+                    on_measure_start=spec_window.open,
                 )
             )
         except WorkloadError as exc:
@@ -389,13 +424,15 @@ class PerfgateSession:
         def close_level(first: int, repeat: int) -> list[LevelData]:
             batch = records[first:]
             run = LevelRun(concurrency=1, records=batch, start=batch[0].start, end=batch[-1].end)
-            measurement.levels.append(LevelData.from_run(run, repeat))
+            measurement.levels.append(LevelData.from_run(run, repeat, spec=spec_window.close()))
             self.save_run()
             return measurement.levels
 
+        spec_window = SpecWindow(self.engine, backend.base_url)
         try:
             for _ in range(warmup):
                 send()
+            spec_window.open()
             runner(one_round, rounds)
             if not records:  # a runner that ran nothing (e.g. benchmarks disabled oddly)
                 one_round()
@@ -407,6 +444,7 @@ class PerfgateSession:
                 repeat += 1
                 self.progress(f"perfgate: {name} inconclusive; {rounds} more requests")
                 first = len(records)
+                spec_window.open()
                 plain_rounds(one_round, rounds)
                 runs = close_level(first, repeat)
         finally:
@@ -426,7 +464,7 @@ class PerfgateSession:
     def table(self, name: str) -> str:
         """The concurrency table of one measurement."""
         m = self.run.measurements[name]
-        return render_table(name, m.table_rows(), self.baseline, m.not_run)
+        return render_table(name, m.table_rows(), self.baseline, m.not_run, m.accept_rates())
 
     # -- recording ---------------------------------------------------------------------
     def save_run(self) -> None:

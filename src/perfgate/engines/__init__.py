@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from perfgate.engines.base import Engine, flags_from_args, resolve_model_path
+from perfgate.engines.base import (
+    Engine,
+    SpecCounters,
+    flags_from_args,
+    parse_spec_counters,
+    resolve_model_path,
+)
 from perfgate.engines.llamacpp import LlamaCpp
 from perfgate.engines.openai import OpenAICompatible
 from perfgate.errors import ProfileError
@@ -26,7 +32,9 @@ __all__ = [
     "Engine",
     "LlamaCpp",
     "OpenAICompatible",
+    "SpecCounters",
     "flags_from_args",
     "get_engine",
+    "parse_spec_counters",
     "resolve_model_path",
 ]

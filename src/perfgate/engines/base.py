@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from perfgate.errors import EngineUnavailable
 from perfgate.profile import ArgValue, ModelSpec, Profile
@@ -62,6 +63,54 @@ def resolve_model_path(model: ModelSpec) -> str:
     raise EngineUnavailable(f"model {model.name!r} has neither `path` nor `package`")
 
 
+@dataclass(frozen=True, slots=True)
+class SpecCounters:
+    """Lifetime speculative-decoding counters read from a server's /metrics."""
+
+    drafts: float
+    draft_tokens: float
+    accepted: float
+    accepted_per_position: tuple[float, ...]
+
+    def minus(self, before: SpecCounters) -> SpecCounters:
+        """Counts of the window between two readings."""
+        per_pos = tuple(
+            a - (before.accepted_per_position[i] if i < len(before.accepted_per_position) else 0)
+            for i, a in enumerate(self.accepted_per_position)
+        )
+        return SpecCounters(
+            self.drafts - before.drafts,
+            self.draft_tokens - before.draft_tokens,
+            self.accepted - before.accepted,
+            per_pos,
+        )
+
+
+def parse_spec_counters(text: str, prefix: str) -> SpecCounters | None:
+    """vLLM-style spec-decode counters (``<prefix>num_drafts`` ...) from Prometheus text;
+    None when the server exposes none (speculation off)."""
+    values: dict[str, float] = {}
+    per_pos: dict[int, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = sample.name.removesuffix("_total")
+            if not name.startswith(prefix):
+                continue
+            key = name[len(prefix) :]
+            if key == "num_accepted_tokens_per_pos":
+                per_pos[int(sample.labels.get("position", 0))] = sample.value
+            else:
+                values[key] = values.get(key, 0.0) + sample.value
+    if "num_draft_tokens" not in values:
+        return None
+    return SpecCounters(
+        drafts=values.get("num_drafts", 0.0),
+        draft_tokens=values["num_draft_tokens"],
+        accepted=values.get("num_accepted_tokens", 0.0),
+        accepted_per_position=tuple(per_pos[k] for k in sorted(per_pos)),
+    )
+
+
 @dataclass(frozen=True)
 class Engine:
     """An engine's facts. Subclasses override what differs."""
@@ -70,6 +119,8 @@ class Engine:
     health_path: str | None = "/health"
     tokenize_path: str | None = None
     reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning")
+    metrics_path: str | None = None
+    spec_prefix: str | None = None  # Prometheus name prefix of spec-decode counters
 
     def launch_command(self, profile: Profile, host: str, port: int) -> list[str]:
         """The argv that starts this engine for the profile."""
@@ -90,6 +141,18 @@ class Engine:
     def version(self, client: httpx.Client) -> str:
         """The engine's version as the server reports it, or 'unknown'."""
         return "unknown"
+
+    def spec_counters(self, client: httpx.Client) -> SpecCounters | None:
+        """The server's speculative-decoding counters now (None: none exposed)."""
+        if self.metrics_path is None or self.spec_prefix is None:
+            return None
+        try:
+            response = client.get(self.metrics_path)
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200:
+            return None
+        return parse_spec_counters(response.text, self.spec_prefix)
 
     def deterministic_extras(self) -> dict[str, Any]:
         """Request fields that make greedy output reproducible (no reuse of cached state)."""

@@ -35,6 +35,8 @@ class LlamaCpp(Engine):
     health_path: str | None = "/health"
     tokenize_path: str | None = "/tokenize"
     reasoning_fields: tuple[str, ...] = ("reasoning_content",)
+    metrics_path: str | None = "/metrics"  # needs --metrics
+    spec_prefix: str | None = "llamacpp:spec_decode_"
 
     def launch_command(self, profile: Profile, host: str, port: int) -> list[str]:
         model = resolve_model_path(profile.model)
