@@ -8,8 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perfgate.baseline import (
-    GATED_FIGURES,
-    Expectation,
+    build_baseline,
     compare,
     load_profile_baselines,
     measurement_samples,
@@ -70,28 +69,19 @@ def _compare(args: argparse.Namespace) -> int:
     header = f"{'figure':34} | {'old':>10} | {'new':>10} | {'new 95% CI':>19} | {'Δ%':>7} | verdict"
     print(header)
     print("-" * len(header))
+    # OLD's medians become the baseline, exactly as --update-baselines would record them
+    reference = build_baseline("compare", "", old_samples, None, {}, tolerance=args.tolerance)
     failed = 0
-    for key, old_values in old_samples.items():
-        direction, unit, _ = GATED_FIGURES[key.rsplit(".", 1)[-1]]
-        tolerance = args.tolerance if args.tolerance is not None else None
+    for key, expectation in reference.metrics.items():
         if key not in new_samples:
-            print(f"{key:34} | {'':>10} | {'not run':>10} |")
+            print(f"{key:34} | {expectation.value:>10.4g} | {'not run':>10} |")
             failed += 1
             continue
-        reference = compare(key, old_values, None).measured
-        exp = Expectation(
-            value=reference,
-            direction=direction,
-            unit=unit,
-            tolerance=tolerance
-            if tolerance is not None
-            else GATED_FIGURES[key.rsplit(".", 1)[-1]][2],
-        )
-        check = compare(key, new_samples[key], exp)
+        check = compare(key, new_samples[key], expectation)
         failed += check.failed
         ci = f"{check.low:.4g}..{check.high:.4g}"
         print(
-            f"{key:34} | {reference:>10.4g} | {check.measured:>10.4g} | {ci:>19} | "
+            f"{key:34} | {expectation.value:>10.4g} | {check.measured:>10.4g} | {ci:>19} | "
             f"{check.delta_pct:>+7.1f} | {check.verdict.upper()}"
         )
     for key in new_samples.keys() - old_samples.keys():

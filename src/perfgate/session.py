@@ -289,7 +289,7 @@ class PerfgateSession:
             return None
         for key, samples in level_samples(name, [data]).items():
             exp = self.baseline.metrics.get(key)
-            if exp is None or exp.direction != "higher" or key.endswith("ttft_s"):
+            if exp is None or exp.direction != "higher":
                 continue
             value = median(samples)
             if value < self.abort_below * exp.value:
