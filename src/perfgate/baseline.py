@@ -19,6 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from perfgate.engines import Fact
 from perfgate.errors import BaselineError
 from perfgate.metrics import LevelData, Measurement, request_tok_s
 from perfgate.stats import Direction, Verdict, decide, estimate, limits
@@ -61,6 +62,11 @@ class Baseline(BaseModel):
         default_factory=dict, description="Where the figures came from."
     )
     metrics: dict[str, Expectation] = Field(description="Gated figures by key.")
+    facts: dict[str, Fact] = Field(
+        default_factory=dict,
+        description="The server's configuration when recorded (from its log, command line "
+        "and endpoints, plus measured acceptance), compared by the diagnosis of a failure.",
+    )
 
     @field_validator("metrics")
     @classmethod
@@ -228,6 +234,7 @@ def build_baseline(
     previous: Baseline | None,
     provenance: dict[str, object],
     tolerance: float | None = None,
+    facts: dict[str, Fact] | None = None,
 ) -> Baseline:
     """A new baseline from measured samples (medians). Tolerances: ``tolerance`` if
     given, else the previous baseline's, else the figure's default."""
@@ -251,6 +258,7 @@ def build_baseline(
         hardware=hardware,
         provenance=prov,
         metrics=metrics,
+        facts=facts or {},
     )
 
 

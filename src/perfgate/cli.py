@@ -8,11 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perfgate.baseline import (
+    Check,
     build_baseline,
     compare,
     load_profile_baselines,
     measurement_samples,
 )
+from perfgate.diagnose import diagnose
 from perfgate.errors import PerfgateError
 from perfgate.profile import available_profiles, load_profile
 from perfgate.report import RunRecord, load_run, render_table
@@ -72,12 +74,14 @@ def _compare(args: argparse.Namespace) -> int:
     # OLD's medians become the baseline, exactly as --update-baselines would record them
     reference = build_baseline("compare", "", old_samples, None, {}, tolerance=args.tolerance)
     failed = 0
+    checks = []
     for key, expectation in reference.metrics.items():
         if key not in new_samples:
             print(f"{key:34} | {expectation.value:>10.4g} | {'not run':>10} |")
             failed += 1
             continue
         check = compare(key, new_samples[key], expectation)
+        checks.append(check)
         failed += check.failed
         ci = f"{check.low:.4g}..{check.high:.4g}"
         print(
@@ -88,11 +92,33 @@ def _compare(args: argparse.Namespace) -> int:
         print(
             f"{key:34} | {'not run':>10} | {compare(key, new_samples[key], None).measured:>10.4g} |"
         )
+    _print_fact_diff(old, new, [c for c in checks if c.failed])
     if failed:
         print(f"{failed} figures regressed, inconclusive or missing in NEW")
         return 1
     print("no regression")
     return 0
+
+
+def _print_fact_diff(old: RunRecord, new: RunRecord, failed: list[Check]) -> None:
+    """The configuration facts that differ between the runs, and (when figures failed)
+    the likely causes ranked."""
+    print()
+    if not old.facts or not new.facts:
+        missing = " and ".join(n for n, r in (("OLD", old), ("NEW", new)) if not r.facts)
+        print(f"no configuration facts in {missing} (runs of older perfgate versions have none)")
+        return
+    why = diagnose(new.facts, old.facts, failed)
+    if not why.changes:
+        print("configuration facts: no difference")
+    else:
+        print("configuration facts that differ (OLD → NEW):")
+        for change in why.changes:
+            print(f"  {change.describe()}")
+    if failed and why.causes:
+        print("likely causes, most likely first:")
+        for i, cause in enumerate(why.causes, 1):
+            print(f"  {i}. {cause.text}")
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -38,6 +38,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="attach to a running server instead of launching the profile's",
     )
     group.addoption(
+        "--server-log",
+        dest="perfgate_server_log",
+        default=None,
+        metavar="PATH",
+        help="with --base-url: the attached server's log file, read for diagnosis",
+    )
+    group.addoption(
         "--update-baselines",
         dest="perfgate_update",
         action="store_true",
@@ -109,6 +116,20 @@ def _gate_options(config: pytest.Config) -> GateOptions:
     return GateOptions(repeats=repeats, abort_below=abort, tolerance=tolerance)
 
 
+def _server_log(config: pytest.Config) -> Path | None:
+    path = config.getoption("perfgate_server_log")
+    if path is None:
+        return None
+    if not config.getoption("perfgate_base_url"):
+        raise pytest.UsageError(
+            "perfgate: --server-log only applies with --base-url (perfgate reads the logs "
+            "of servers it starts itself)"
+        )
+    if not Path(path).is_file():
+        raise pytest.UsageError(f"perfgate: --server-log {path}: no such file")
+    return Path(path)
+
+
 def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -132,6 +153,7 @@ def pytest_configure(config: pytest.Config) -> None:
             baselines_dir=root / config.getini("perfgate_baselines_dir"),
             output_dir=Path(output),
             base_url=config.getoption("perfgate_base_url"),
+            server_log=_server_log(config),
             update_baselines=config.getoption("perfgate_update"),
             options=_gate_options(config),
             progress=_progress(config),
@@ -205,9 +227,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(f"{title} ({len(found)}):", red=True, bold=True)
             for check in found:
                 terminalreporter.write_line(f"  {check.message()}", red=True)
-    for m in perf.run.measurements.values():
-        if m.aborted:
-            terminalreporter.write_line(m.aborted, red=True, bold=True)
+    aborted = [m.aborted for m in perf.run.measurements.values() if m.aborted]
+    for reason in aborted:
+        terminalreporter.write_line(reason, red=True, bold=True)
+    failed = [c for c in checks if c.failed]
+    if failed or aborted:
+        for line in perf.diagnosis(failed).lines():
+            terminalreporter.write_line(line, yellow=True)
     if judged and not any(c.failed for c in checks):
         terminalreporter.write_line(
             f"all {len(judged)} figures within tolerance of {perf.baseline_path}", green=True

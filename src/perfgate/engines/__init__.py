@@ -4,17 +4,24 @@ from __future__ import annotations
 
 from perfgate.engines.base import (
     Engine,
+    Fact,
+    Facts,
     SpecCounters,
     flags_from_args,
+    is_secret_name,
     parse_spec_counters,
     resolve_model_path,
 )
 from perfgate.engines.llamacpp import LlamaCpp
 from perfgate.engines.openai import OpenAICompatible
+from perfgate.engines.sglang import SGLang
+from perfgate.engines.vllm import VLLM
 from perfgate.errors import ProfileError
 
 _ENGINES: dict[str, Engine] = {
     "llamacpp": LlamaCpp(),
+    "vllm": VLLM(),
+    "sglang": SGLang(),
     "openai": OpenAICompatible(),
 }
 
@@ -29,12 +36,17 @@ def get_engine(name: str) -> Engine:
 
 
 __all__ = [
+    "VLLM",
     "Engine",
+    "Fact",
+    "Facts",
     "LlamaCpp",
     "OpenAICompatible",
+    "SGLang",
     "SpecCounters",
     "flags_from_args",
     "get_engine",
+    "is_secret_name",
     "parse_spec_counters",
     "resolve_model_path",
 ]

@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel, ConfigDict, Field
 
 from perfgate.errors import EngineUnavailable
-from perfgate.profile import ArgValue, ModelSpec, Profile
+from perfgate.profile import (
+    ArgValue,
+    ModelSpec,
+    Profile,
+    is_secret_name,
+    redact_argv,
+    redact_text,
+)
 
 
 def flags_from_args(args: dict[str, ArgValue], model_path: str | None = None) -> list[str]:
@@ -111,6 +121,104 @@ def parse_spec_counters(text: str, prefix: str) -> SpecCounters | None:
     )
 
 
+FactValue = str | int | float | bool
+
+# What the seeds' manual grep of a server log looked for; engines may add to it.
+DIAGNOSIS_GREP = r"accept|spec|draft|NCCL|P2P|attention|KV cache|cuda ?graph|graph captur|mamba"
+
+
+class Fact(BaseModel):
+    """One configuration fact about a running server, with where it was read."""
+
+    model_config = ConfigDict(extra="forbid")
+    value: FactValue = Field(description="The fact's value.")
+    source: str = Field(description="Where it came from: log, command, endpoint or measured.")
+    evidence: str | None = Field(None, description="The log line or field it was read from.")
+
+
+Facts = dict[str, Fact]
+
+
+@dataclass(frozen=True, slots=True)
+class LogPattern:
+    """A log line that reveals facts: ``extract`` turns the match into ``{key: value}``."""
+
+    regex: re.Pattern[str]
+    extract: Callable[[re.Match[str]], dict[str, FactValue]]
+    last: bool = False  # periodic lines (metrics every N seconds): the last one wins
+
+
+def log_pattern(
+    pattern: str, extract: Callable[[re.Match[str]], dict[str, FactValue]], *, last: bool = False
+) -> LogPattern:
+    """A :class:`LogPattern` from a regex string."""
+    return LogPattern(re.compile(pattern), extract, last)
+
+
+def facts_from_log(text: str, patterns: Iterable[LogPattern]) -> Facts:
+    """Facts from a server log: for each pattern its first match (or last, for periodic
+    lines); a later pattern's fact overrides an earlier one's."""
+    facts: Facts = {}
+    lines = text.splitlines()
+    for pattern in patterns:
+        ordered = reversed(lines) if pattern.last else iter(lines)
+        for line in ordered:
+            match = pattern.regex.search(line)
+            if match is None:
+                continue
+            for key, value in pattern.extract(match).items():
+                facts[key] = Fact(
+                    value=value, source="log", evidence=redact_text(line.strip())[:300]
+                )
+            break
+    return facts
+
+
+def facts_from_flags(argv: list[str], names: dict[str, str], source: str = "command") -> Facts:
+    """Facts from a command line: ``names`` maps each flag spelling to a fact key.
+    ``--flag value`` and ``--flag=value`` give the value; a bare flag gives True."""
+    facts: Facts = {}
+    argv = redact_argv(argv)
+    evidence = " ".join(argv)[:300]
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        flag, eq, inline = arg.partition("=")
+        key = names.get(flag) if flag.startswith("-") and not is_secret_name(flag) else None
+        if key is None:
+            i += 1
+            continue
+        if eq:
+            value: FactValue = inline
+        elif i + 1 < len(argv) and not _is_flag(argv[i + 1]):
+            value = argv[i + 1]
+            i += 1
+        else:
+            value = True
+        facts[key] = Fact(value=coerce(value), source=source, evidence=evidence)
+        i += 1
+    return facts
+
+
+def _is_flag(arg: str) -> bool:
+    return arg.startswith("-") and not re.fullmatch(r"-\d+(\.\d+)?", arg)
+
+
+def coerce(value: FactValue) -> FactValue:
+    """'4' → 4, '0.5' → 0.5, 'true'/'false' → bools; anything else unchanged."""
+    if not isinstance(value, str):
+        return value
+    low = value.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(value.replace(",", "")) if low else value
+        except ValueError:
+            continue
+    return value
+
+
 @dataclass(frozen=True)
 class Engine:
     """An engine's facts. Subclasses override what differs."""
@@ -121,6 +229,9 @@ class Engine:
     reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning")
     metrics_path: str | None = None
     spec_prefix: str | None = None  # Prometheus name prefix of spec-decode counters
+    log_patterns: ClassVar[tuple[LogPattern, ...]] = ()
+    flag_facts: ClassVar[dict[str, str]] = {}  # command-line flag → fact key
+    log_grep: ClassVar[str] = DIAGNOSIS_GREP
 
     def launch_command(self, profile: Profile, host: str, port: int) -> list[str]:
         """The argv that starts this engine for the profile."""
@@ -161,3 +272,16 @@ class Engine:
     def completion_extras(self) -> dict[str, Any]:
         """Request fields that force exactly ``max_tokens`` of output."""
         return {"ignore_eos": True}
+
+    # -- diagnosis: facts about the running configuration ------------------------------
+    def log_facts(self, log: str) -> Facts:
+        """Facts the server's log reveals (configuration, capacity, acceptance)."""
+        return facts_from_log(log, self.log_patterns)
+
+    def command_facts(self, argv: list[str]) -> Facts:
+        """Facts from the command line that started the server."""
+        return facts_from_flags(argv, self.flag_facts)
+
+    def endpoint_facts(self, client: httpx.Client) -> Facts:
+        """Facts the server's info endpoints report (none by default)."""
+        return {}

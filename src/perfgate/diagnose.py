@@ -1,0 +1,314 @@
+"""Diagnosis: why a figure regressed, from the server's facts and log.
+
+Facts (``engines`` reads them from logs, command lines and endpoints; measured acceptance
+comes from the run) are compared with the facts stored in the baseline. Differences are
+ranked into likely causes, and the log lines the seeds grepped for by hand
+(accept|spec|draft|NCCL|P2P|attention|KV cache|cuda graph|mamba) are attached.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from perfgate.baseline import Check
+from perfgate.engines import Fact, Facts
+from perfgate.metrics import Measurement
+
+# Relative change under which a measured (noisy) number is "the same".
+MEASURED_TOLERANCE = 0.15
+# A speculative profile whose acceptance fell below this share of the baseline's.
+ACCEPT_DROP = 0.8
+# Acceptance this low is a cause even without a baseline to compare with.
+ACCEPT_FLOOR = 0.2
+MAX_LOG_LINES = 15
+
+
+@dataclass(frozen=True, slots=True)
+class FactRule:
+    """How much a changed fact weighs as a cause, and how to name it."""
+
+    label: str
+    weight: float
+
+
+RULES: dict[str, FactRule] = {
+    "tensor_parallel_size": FactRule("tensor parallel size", 85),
+    "cuda_graphs": FactRule("CUDA graphs", 90),
+    "custom_all_reduce": FactRule("custom all-reduce", 80),
+    "spec_method": FactRule("speculative method", 78),
+    "spec_num_tokens": FactRule("draft tokens per step", 74),
+    "draft_model": FactRule("draft model", 76),
+    "spec_synthetic": FactRule("synthetic (benchmark-only) acceptance", 77),
+    "attention_backend": FactRule("attention backend", 70),
+    "kv_cache_tokens": FactRule("KV cache size (tokens)", 60),
+    "max_concurrency": FactRule("maximum concurrency at full context", 55),
+    "max_running_requests": FactRule("maximum running requests", 55),
+    "threads": FactRule("threads", 68),
+    "threads_batch": FactRule("batch threads", 60),
+    "slots": FactRule("parallel slots", 66),
+    "ctx_size": FactRule("context size", 45),
+    "ctx_per_slot": FactRule("context per slot", 45),
+    "batch_size": FactRule("batch size", 50),
+    "ubatch_size": FactRule("micro-batch size", 50),
+    "flash_attn": FactRule("flash attention", 62),
+    "kv_cache_type_k": FactRule("KV cache type (K)", 58),
+    "kv_cache_type_v": FactRule("KV cache type (V)", 58),
+    "kv_cache_dtype": FactRule("KV cache dtype", 58),
+    "gpu_layers": FactRule("GPU layers", 70),
+    "model_quant": FactRule("model quantization", 65),
+    "override_kv": FactRule("model metadata overrides", 40),
+    "engine_version": FactRule("engine version", 50),
+    "nccl_version": FactRule("NCCL version", 40),
+}
+ARG_WEIGHT = 30.0  # any other engine argument
+OTHER_WEIGHT = 20.0
+# Facts that are read, not configured: shown in the diff only when they move a lot.
+MEASURED_KEYS = {
+    "spec_accept_rate",
+    "spec_mean_accept_len",
+    "log_accept_rate",
+    "log_mean_accept_len",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """One likely cause, with its rank score (higher: more likely) and why."""
+
+    score: float
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class FactChange:
+    """A fact that differs between the baseline (old) and this run (new)."""
+
+    key: str
+    old: Fact | None
+    new: Fact | None
+
+    def describe(self) -> str:
+        """``key: old → new`` with absent values named."""
+        return f"{self.key}: {_show(self.key, self.old)} → {_show(self.key, self.new)}"
+
+
+@dataclass
+class Diagnosis:
+    """Ranked causes, differing facts and matching log lines for a failure message."""
+
+    causes: list[Cause] = field(default_factory=list)
+    changes: list[FactChange] = field(default_factory=list)
+    log_lines: list[str] = field(default_factory=list)
+    grep: str = ""
+    baseline_has_facts: bool = True
+
+    def lines(self) -> list[str]:
+        """The diagnosis as message lines (empty when there is nothing to say)."""
+        out: list[str] = []
+        if self.causes:
+            out.append("likely causes, most likely first:")
+            out += [f"  {i}. {c.text}" for i, c in enumerate(self.causes, 1)]
+        if self.changes:
+            out.append("facts that differ from the baseline:")
+            out += [f"  {c.describe()}" for c in self.changes]
+        elif not self.baseline_has_facts:
+            out.append(
+                "the baseline has no recorded facts to compare with; record it again "
+                "(--update-baselines) to get a configuration diff"
+            )
+        if self.log_lines:
+            out.append(f"server log lines matching {self.grep}:")
+            out += [f"  {line}" for line in self.log_lines]
+        return out
+
+
+def _show(key: str, fact: Fact | None) -> str:
+    if fact is None:
+        return "(absent)"
+    value = fact.value
+    if key.endswith("accept_rate") and isinstance(value, float):
+        return f"{value:.1%}"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _differs(key: str, old: Fact, new: Fact) -> bool:
+    a, b = old.value, new.value
+    if key in MEASURED_KEYS and isinstance(a, int | float) and isinstance(b, int | float):
+        if key.endswith("accept_rate"):
+            return abs(a - b) > 0.05 and abs(a - b) > MEASURED_TOLERANCE * max(abs(a), 1e-9)
+        return abs(a - b) > MEASURED_TOLERANCE * max(abs(a), 1e-9)
+    return a != b
+
+
+def fact_changes(old: Mapping[str, Fact], new: Mapping[str, Fact]) -> list[FactChange]:
+    """Facts present in either that differ (measured figures only beyond their noise)."""
+    changes = []
+    for key in sorted(old.keys() | new.keys()):
+        a, b = old.get(key), new.get(key)
+        if a is None or b is None:
+            if key.startswith("log_"):
+                continue  # periodic log figures come and go with timing
+            changes.append(FactChange(key, a, b))
+        elif _differs(key, a, b):
+            changes.append(FactChange(key, a, b))
+    return changes
+
+
+def spec_facts(measurements: Iterable[Measurement]) -> Facts:
+    """Acceptance over every measured window of the run, pooled."""
+    drafts = draft_tokens = accepted = 0.0
+    for measurement in measurements:
+        for level in measurement.levels:
+            if level.spec is not None:
+                drafts += level.spec.drafts
+                draft_tokens += level.spec.draft_tokens
+                accepted += level.spec.accepted
+    if draft_tokens <= 0:
+        return {}
+    evidence = f"{accepted:.0f} accepted of {draft_tokens:.0f} drafted in {drafts:.0f} drafts"
+    facts = {"spec_accept_rate": Fact(value=accepted / draft_tokens, source="measured")}
+    if drafts > 0:
+        facts["spec_mean_accept_len"] = Fact(value=1 + accepted / drafts, source="measured")
+    for fact in facts.values():
+        fact.evidence = evidence
+    return facts
+
+
+def _acceptance(facts: Mapping[str, Fact]) -> float | None:
+    for key in ("spec_accept_rate", "log_accept_rate"):
+        fact = facts.get(key)
+        if fact is not None and isinstance(fact.value, int | float):
+            return float(fact.value)
+    return None
+
+
+def _acceptance_causes(new: Mapping[str, Fact], old: Mapping[str, Fact]) -> list[Cause]:
+    now, before = _acceptance(new), _acceptance(old)
+    if now is None:
+        if before is not None and "spec_method" in old and "spec_method" not in new:
+            return [Cause(95, f"speculative decoding off (baseline acceptance {before:.1%})")]
+        return []
+    if before is not None and before > 0 and now < ACCEPT_DROP * before:
+        drop = (before - now) / before
+        return [Cause(100 + 100 * drop, f"draft acceptance {now:.1%} (baseline {before:.1%})")]
+    if before is None and now < ACCEPT_FLOOR:
+        return [
+            Cause(
+                70,
+                f"draft acceptance {now:.1%}: nearly every drafted token is rejected, so "
+                "speculation costs more than it saves",
+            )
+        ]
+    return []
+
+
+def _change_cause(change: FactChange) -> Cause | None:
+    key, old, new = change.key, change.old, change.new
+    if key in MEASURED_KEYS:
+        return None
+    rule = RULES.get(key)
+    if rule is None:
+        weight = ARG_WEIGHT if key.startswith("arg.") else OTHER_WEIGHT
+        rule = FactRule(key.removeprefix("arg."), weight)
+    if key in ("cuda_graphs", "custom_all_reduce", "flash_attn") and new is not None:
+        if new.value in (False, "off", "0"):
+            why = f": {new.evidence}" if new.evidence and new.source == "log" else ""
+            return Cause(rule.weight, f"{rule.label} off (baseline on){why}")
+        if old is not None and old.value in (False, "off", "0"):
+            return Cause(rule.weight / 3, f"{rule.label} on (baseline off)")
+    if key in ("kv_cache_tokens", "max_concurrency", "max_running_requests"):
+        a = old.value if old else None
+        b = new.value if new else None
+        if isinstance(a, int | float) and isinstance(b, int | float):
+            if b >= a:
+                return None  # more capacity does not slow anything down
+            weight = rule.weight * (1 + (a - b) / a)
+            return Cause(weight, f"{rule.label} {_show(key, new)} (baseline {_show(key, old)})")
+    return Cause(rule.weight, f"{rule.label} {_show(key, new)} (baseline {_show(key, old)})")
+
+
+def _absolute_causes(new: Mapping[str, Fact], old: Mapping[str, Fact]) -> list[Cause]:
+    """Facts worth naming even when the baseline has none to compare with."""
+    causes = []
+    for key, label, weight in (
+        ("cuda_graphs", "CUDA graphs off", 40),
+        ("custom_all_reduce", "custom all-reduce disabled", 35),
+    ):
+        fact = new.get(key)
+        if fact is not None and fact.value is False and key not in old:
+            why = f": {fact.evidence}" if fact.evidence else ""
+            causes.append(Cause(weight, label + why))
+    synthetic = new.get("spec_synthetic")
+    if synthetic is not None and "spec_synthetic" not in old:
+        causes.append(
+            Cause(77, "synthetic speculative acceptance is on (benchmarking only, output invalid)")
+        )
+    return causes
+
+
+def likely_causes(
+    new: Mapping[str, Fact], old: Mapping[str, Fact], checks: Iterable[Check] = ()
+) -> list[Cause]:
+    """Causes ranked by score; each cause's text appears once."""
+    causes = _acceptance_causes(new, old)
+    for check in checks:
+        if check.failed and check.key.endswith(".accept_rate") and not causes:
+            causes.append(
+                Cause(
+                    100,
+                    f"draft acceptance {check.measured:.1%} (baseline {check.baseline or 0:.1%})",
+                )
+            )
+    if old:
+        for change in fact_changes(old, new):
+            if (cause := _change_cause(change)) is not None:
+                causes.append(cause)
+    causes += _absolute_causes(new, old)
+    seen: set[str] = set()
+    ranked = []
+    for cause in sorted(causes, key=lambda c: -c.score):
+        if cause.text not in seen:
+            seen.add(cause.text)
+            ranked.append(cause)
+    return ranked
+
+
+_NUMBERS = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def matching_log_lines(log: str, grep: str, limit: int = MAX_LOG_LINES) -> list[str]:
+    """Log lines matching ``grep`` (case-insensitive). A line repeated with other numbers
+    (per-request timings, periodic metrics) is kept once, at its last occurrence; the
+    last ``limit`` remain, each cut to 400 characters."""
+    pattern = re.compile(grep, re.IGNORECASE)
+    last_of_shape: dict[str, int] = {}
+    lines = log.splitlines()
+    for index, line in enumerate(lines):
+        if line.startswith("$ "):
+            continue  # the command line perfgate wrote: facts cover it
+        if pattern.search(line):
+            last_of_shape[_NUMBERS.sub("#", line.strip())] = index
+    kept = sorted(last_of_shape.values())[-limit:]
+    return [lines[i].strip()[:400] for i in kept]
+
+
+def diagnose(
+    new: Mapping[str, Fact],
+    old: Mapping[str, Fact] | None,
+    checks: Iterable[Check] = (),
+    log: str = "",
+    grep: str = "",
+) -> Diagnosis:
+    """Everything a failure message needs to say why."""
+    baseline = dict(old or {})
+    return Diagnosis(
+        causes=likely_causes(new, baseline, checks),
+        changes=fact_changes(baseline, new) if baseline else [],
+        log_lines=matching_log_lines(log, grep) if log and grep else [],
+        grep=grep,
+        baseline_has_facts=bool(baseline),
+    )

@@ -1,0 +1,192 @@
+"""SGLang (``python -m sglang.launch_server``). Not runnable here: tested on fixtures of its
+documented log, /server_info and /metrics formats."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from perfgate.engines.base import (
+    Engine,
+    Facts,
+    FactValue,
+    LogPattern,
+    SpecCounters,
+    flags_from_args,
+    log_pattern,
+    resolve_model_path,
+)
+from perfgate.engines.vllm import facts_from_args
+from perfgate.profile import Profile
+
+_ARG = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|\{[^}]*\}|[^,()]+)")
+
+
+def parse_server_args(text: str) -> dict[str, Any]:
+    """``ServerArgs(model_path='...', tp_size=2, ...)`` as logged, into a dict."""
+    args: dict[str, Any] = {}
+    for name, raw in _ARG.findall(text):
+        try:
+            args[name] = ast.literal_eval(raw.strip())
+        except (ValueError, SyntaxError):
+            args[name] = raw.strip()
+    return args
+
+
+def _server_args(match: re.Match[str]) -> dict[str, FactValue]:
+    args = parse_server_args(match[1])
+    return {k: f.value for k, f in facts_from_args(args, "log", match[0][:300]).items()}
+
+
+# SGLang log lines (srt/server_args.py, mem_cache/memory_pool.py, managers/scheduler.py)
+SGLANG_LOG: tuple[LogPattern, ...] = (
+    log_pattern(r"server_args=ServerArgs\((.*)\)", _server_args),
+    log_pattern(
+        r"KV Cache is allocated\. #tokens: (\d+)", lambda m: {"kv_cache_tokens": int(m[1])}
+    ),
+    log_pattern(
+        r"max_total_num_tokens=(\d+).*max_running_requests=(\d+)",
+        lambda m: {"max_running_requests": int(m[2])},
+    ),
+    log_pattern(r"Capture cuda graph end", lambda m: {"cuda_graphs": True}),
+    log_pattern(r"using nccl==([\d.]+)", lambda m: {"nccl_version": m[1]}),
+    log_pattern(
+        r"Custom allreduce is disabled because (.*)", lambda m: {"custom_all_reduce": False}
+    ),
+    log_pattern(
+        r"Decode batch.*(?:cuda|cpu|npu) graph: (True|False)",
+        lambda m: {"cuda_graphs": m[1] == "True"},
+        last=True,
+    ),
+    log_pattern(
+        r"Decode batch.*accept len: ([\d.]+)",
+        lambda m: {"log_mean_accept_len": float(m[1])},
+        last=True,
+    ),
+    log_pattern(
+        r"Decode batch.*accept rate: ([\d.]+)",
+        lambda m: {"log_accept_rate": float(m[1])},
+        last=True,
+    ),
+)
+
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+
+
+def _metric_totals(text: str, names: tuple[str, ...]) -> dict[str, float]:
+    totals = dict.fromkeys(names, 0.0)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in totals:
+                totals[sample.name] += sample.value
+    return totals
+
+
+def spec_counters_from(server_info: dict[str, Any], metrics_text: str) -> SpecCounters | None:
+    """Lifetime counters in vLLM's terms from SGLang's figures.
+
+    SGLang reports a lifetime *average* accept length A (tokens per verify step, the bonus
+    token included), so the verify-step count is derived: steps = decoded tokens / A, where
+    decoded tokens = ``generation_tokens_total`` minus one prefill token per request. With
+    ``sglang:spec_verify_calls_total`` (newer releases) steps are counted directly. Deltas of
+    two readings then give the window. The average is refreshed at each decode log interval,
+    so a window shorter than that interval reads stale.
+    """
+    states = server_info.get("internal_states") or [{}]
+    accept_len = states[0].get("avg_spec_accept_length")
+    steps_per_draft = server_info.get("speculative_num_steps")
+    if not accept_len or not server_info.get("speculative_algorithm"):
+        return None
+    totals = _metric_totals(
+        metrics_text,
+        (
+            "sglang:generation_tokens_total",
+            "sglang:num_requests_total",
+            "sglang:spec_verify_calls_total",
+        ),
+    )
+    decoded = totals["sglang:generation_tokens_total"] - totals["sglang:num_requests_total"]
+    steps = totals["sglang:spec_verify_calls_total"] or decoded / float(accept_len)
+    per_step = int(server_info.get("speculative_num_draft_tokens") or 0) - 1
+    if per_step <= 0:
+        per_step = int(steps_per_draft or 1)
+    return SpecCounters(
+        drafts=steps,
+        draft_tokens=steps * per_step,
+        accepted=decoded - steps,
+        accepted_per_position=(),
+    )
+
+
+@dataclass(frozen=True)
+class SGLang(Engine):
+    """SGLang: /health, /server_info, /metrics; reasoning in ``reasoning_content``."""
+
+    name: str = "sglang"
+    health_path: str | None = "/health"
+    tokenize_path: str | None = None
+    reasoning_fields: tuple[str, ...] = ("reasoning_content",)
+    metrics_path: str | None = "/metrics"  # needs --enable-metrics
+    spec_prefix: str | None = None
+    log_patterns: ClassVar[tuple[LogPattern, ...]] = SGLANG_LOG
+
+    def launch_command(self, profile: Profile, host: str, port: int) -> list[str]:
+        model = resolve_model_path(profile.model)
+        program = profile.server.command or [sys.executable, "-m", "sglang.launch_server"]
+        return [
+            *program,
+            "--model-path",
+            model,
+            "--served-model-name",
+            profile.model.name,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            *flags_from_args(profile.server.args, model),
+            *profile.server.extra_args,
+        ]
+
+    def server_info(self, client: httpx.Client) -> dict[str, Any]:
+        """/server_info (older releases: /get_server_info), or {}."""
+        for path in SERVER_INFO_PATHS:
+            try:
+                response = client.get(path)
+            except httpx.HTTPError:
+                return {}
+            if response.status_code == 200:
+                try:
+                    body = response.json()
+                except ValueError:
+                    return {}
+                return body if isinstance(body, dict) else {}
+        return {}
+
+    def version(self, client: httpx.Client) -> str:
+        return str(self.server_info(client).get("version", "unknown"))
+
+    def spec_counters(self, client: httpx.Client) -> SpecCounters | None:
+        info = self.server_info(client)
+        try:
+            metrics = client.get(self.metrics_path or "/metrics")
+        except httpx.HTTPError:
+            return None
+        if metrics.status_code != 200:
+            return None
+        return spec_counters_from(info, metrics.text)
+
+    def command_facts(self, argv: list[str]) -> Facts:
+        """SGLang logs its full ServerArgs; the command line adds nothing."""
+        return {}
+
+    def endpoint_facts(self, client: httpx.Client) -> Facts:
+        """Server arguments from /server_info, as facts."""
+        info = self.server_info(client)
+        args = {k: v for k, v in info.items() if k not in ("internal_states", "version")}
+        return facts_from_args(args, "endpoint", "/server_info") if args else {}

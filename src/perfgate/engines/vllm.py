@@ -1,0 +1,185 @@
+"""vLLM's OpenAI-compatible server (``vllm serve`` / ``vllm.entrypoints.openai.api_server``)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+
+from perfgate.engines.base import (
+    Engine,
+    Fact,
+    Facts,
+    FactValue,
+    LogPattern,
+    coerce,
+    facts_from_log,
+    flags_from_args,
+    is_secret_name,
+    log_pattern,
+    resolve_model_path,
+)
+from perfgate.profile import Profile
+
+SKIPPED_ARGS = {"host", "port", "model", "model_tag", "served_model_name", "api_key"}
+
+
+def parse_python_dict(text: str) -> dict[str, Any]:
+    """A logged Python dict repr; values that are not literals are kept as strings."""
+    try:
+        value = ast.literal_eval(text)
+        return value if isinstance(value, dict) else {}
+    except (ValueError, SyntaxError):
+        pairs = re.findall(r"'(\w+)': ('[^']*'|[^,{}]+|\{[^{}]*\})", text)
+        return {key: raw.strip().strip("'") for key, raw in pairs}
+
+
+def _as_fact_value(value: Any) -> FactValue:
+    if isinstance(value, bool | int | float | str):
+        return value
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def facts_from_args(args: dict[str, Any], source: str, evidence: str) -> Facts:
+    """Facts from vLLM/SGLang engine arguments: each as ``arg.<name>``, plus the derived
+    configuration facts diagnosis ranks (tensor parallel, CUDA graphs, speculation...)."""
+    facts: Facts = {}
+
+    def put(key: str, value: Any) -> None:
+        if value is None or value == "None":
+            return
+        facts[key] = Fact(value=_as_fact_value(coerce(value)), source=source, evidence=evidence)
+
+    for name, value in args.items():
+        if name not in SKIPPED_ARGS and not is_secret_name(name):
+            put(f"arg.{name}", value)
+    put("tensor_parallel_size", args.get("tensor_parallel_size", args.get("tp_size")))
+    if args.get("enforce_eager") in (True, "True") or args.get("disable_cuda_graph") in (
+        True,
+        "True",
+    ):
+        put("cuda_graphs", False)
+    if args.get("disable_custom_all_reduce") in (True, "True"):
+        put("custom_all_reduce", False)
+    put("attention_backend", args.get("attention_backend"))
+    put("kv_cache_dtype", args.get("kv_cache_dtype"))
+    spec = args.get("speculative_config")
+    if isinstance(spec, str):
+        try:
+            spec = json.loads(spec)
+        except ValueError:
+            spec = None
+    if isinstance(spec, dict):
+        put("spec_method", spec.get("method"))
+        put("spec_num_tokens", spec.get("num_speculative_tokens"))
+        if spec.get("model"):
+            put("draft_model", Path(str(spec["model"])).name)
+    put("spec_method", args.get("speculative_algorithm"))
+    put("spec_num_tokens", args.get("speculative_num_steps"))
+    if args.get("speculative_draft_model_path"):
+        put("draft_model", Path(str(args["speculative_draft_model_path"])).name)
+    return facts
+
+
+def _non_default_args(match: re.Match[str]) -> dict[str, FactValue]:
+    args = parse_python_dict(match[1])
+    return {k: f.value for k, f in facts_from_args(args, "log", match[0]).items()}
+
+
+# vLLM log lines (vllm/entrypoints/serve/utils/api_utils.py, v1/core/kv_cache_utils.py,
+# v1/worker/gpu_model_runner.py, platforms/cuda.py, distributed/device_communicators,
+# v1/spec_decode/metrics.py)
+VLLM_LOG: tuple[LogPattern, ...] = (
+    log_pattern(r"non-default args: (\{.*\})\s*$", _non_default_args),
+    log_pattern(r"vLLM API server version ([\w.+\-]+)", lambda m: {"engine_version": m[1]}),
+    log_pattern(
+        r"(\w+(?: \+ host)?) KV cache size: ([\d,]+) tokens",
+        lambda m: {"kv_cache_tokens": int(m[2].replace(",", ""))},
+    ),
+    log_pattern(
+        r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x",
+        lambda m: {"max_concurrency": float(m[2])},
+    ),
+    log_pattern(r"Graph capturing finished in", lambda m: {"cuda_graphs": True}),
+    log_pattern(
+        r"Using (\w+) attention backend|Using (\w+) backend\.",
+        lambda m: {"attention_backend": m[1] or m[2]},
+    ),
+    log_pattern(r"using nccl==([\d.]+)", lambda m: {"nccl_version": m[1]}),
+    log_pattern(
+        r"Custom allreduce is disabled because (.*)",
+        lambda m: {"custom_all_reduce": False},
+    ),
+    log_pattern(
+        r"SpecDecoding metrics: Mean acceptance length: ([\d.]+).*"
+        r"Avg Draft acceptance rate: ([\d.]+)%",
+        lambda m: {
+            "log_mean_accept_len": float(m[1]),
+            "log_accept_rate": float(m[2]) / 100,
+        },
+        last=True,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class VLLM(Engine):
+    """vLLM: /health, /version, /metrics, /tokenize; reasoning in ``reasoning``."""
+
+    name: str = "vllm"
+    health_path: str | None = "/health"
+    tokenize_path: str | None = "/tokenize"
+    reasoning_fields: tuple[str, ...] = ("reasoning", "reasoning_content")
+    metrics_path: str | None = "/metrics"
+    spec_prefix: str | None = "vllm:spec_decode_"
+    log_patterns: ClassVar[tuple[LogPattern, ...]] = VLLM_LOG
+
+    def launch_command(self, profile: Profile, host: str, port: int) -> list[str]:
+        model = resolve_model_path(profile.model)
+        program = profile.server.command or [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+        ]
+        model_args = [model] if program[-1] == "serve" else ["--model", model]
+        return [
+            *program,
+            *model_args,
+            "--served-model-name",
+            profile.model.name,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            *flags_from_args(profile.server.args, model),
+            *profile.server.extra_args,
+        ]
+
+    def tokenize_body(self, text: str, model: str) -> dict[str, Any]:
+        return {"model": model, "prompt": text, "add_special_tokens": True}
+
+    def detokenize(self, client: httpx.Client, tokens: list[int], model: str) -> str | None:
+        response = client.post("/detokenize", json={"model": model, "tokens": tokens})
+        response.raise_for_status()
+        return str(response.json()["prompt"])
+
+    def version(self, client: httpx.Client) -> str:
+        try:
+            response = client.get("/version")
+            response.raise_for_status()
+            return str(response.json().get("version", "unknown"))
+        except (httpx.HTTPError, ValueError):
+            return "unknown"
+
+    def command_facts(self, argv: list[str]) -> Facts:
+        """vLLM logs its non-default args itself; the command line adds nothing."""
+        return {}
+
+
+__all__ = ["VLLM", "facts_from_args", "facts_from_log", "parse_python_dict"]
