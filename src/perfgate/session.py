@@ -487,6 +487,7 @@ class PerfgateSession:
                 runs = close_level(first, repeat)
         finally:
             loop.run_until_complete(client.aclose())
+            loop.run_until_complete(loop.shutdown_asyncgens())  # streams' generators
             loop.close()
         return measurement
 
