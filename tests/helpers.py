@@ -102,3 +102,31 @@ def broken_drafter(source: Path, target: Path) -> Path:
         handle.seek(norm.data_offset)
         handle.write(shuffled.astype(np.float32).tobytes())
     return target
+
+
+TINY = {
+    'name = "llamacpp-gemma3-270m"': 'name = "tiny"',
+    "input_len = 128": "input_len = 32",
+    "output_len = 64": "output_len = 8",
+    "levels = [1, 2, 4]": "levels = [1, 2]",
+    "rounds = 3": "rounds = 1",
+    "single_requests = 5": "single_requests = 2",
+    "repeats = 2 ": "repeats = 1 ",
+}
+
+
+def launcher_profile(
+    directory: Path, name: str, launcher: str, table: str, command: list[str] | None = None
+) -> Path:
+    """The tiny default profile started by another launcher (its TOML ``table`` appended)."""
+    replacements = {
+        **TINY,
+        'name = "llamacpp-gemma3-270m"': f'name = "{name}"',
+        'launcher = "process"': f'launcher = "{launcher}"',
+    }
+    if command is not None:
+        quoted = ", ".join(f'"{part}"' for part in command)
+        replacements["[server]\n"] = f"[server]\ncommand = [{quoted}]\n"
+    path = profile_toml(replacements, directory, name=name)
+    path.write_text(path.read_text() + "\n" + table)
+    return path

@@ -15,19 +15,9 @@ import pytest
 
 from perfgate.profile import DEFAULT_PROFILE, load_profile
 from perfgate.session import PerfgateSession
-from tests.helpers import ROOT, owned_server_pids, profile_toml, run_pytest
+from tests.helpers import ROOT, TINY, owned_server_pids, profile_toml, run_pytest
 
 pytestmark = pytest.mark.engine
-
-TINY = {
-    'name = "llamacpp-gemma3-270m"': 'name = "tiny"',
-    "input_len = 128": "input_len = 32",
-    "output_len = 64": "output_len = 8",
-    "levels = [1, 2, 4]": "levels = [1, 2]",
-    "rounds = 3": "rounds = 1",
-    "single_requests = 5": "single_requests = 2",
-    "repeats = 2 ": "repeats = 1 ",
-}
 
 
 def runs_in(directory):

@@ -14,14 +14,21 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from perfgate.errors import ProfileError
 
 DEFAULT_PROFILE = "llamacpp-gemma3-270m"
 
 EngineName = Literal["llamacpp", "vllm", "sglang", "openai"]
-LauncherName = Literal["process", "attach"]
+LauncherName = Literal["process", "docker", "ssh", "attach"]
 ArgValue = str | int | float | bool | list[str | int | float] | dict[str, object]
 
 
@@ -183,6 +190,56 @@ class GateSpec(_Strict):
     )
 
 
+class DockerSpec(_Strict):
+    """The docker launcher: one container per run, through the Docker API (docker SDK)."""
+
+    image: str = Field(description="Image that has the engine; never pulled by perfgate.")
+    host: str | None = Field(
+        None,
+        description="Docker API URL (unix://, tcp:// or ssh://); default $DOCKER_HOST, else "
+        "the local daemon.",
+    )
+    api_version: str = Field("auto", description="Docker API version, e.g. 1.41 for Podman.")
+    gpus: int | Literal["all"] | list[str] | None = Field(
+        None, description="GPUs to request: a count, 'all', or device ids."
+    )
+    gpu_check: list[str] = Field(
+        default_factory=lambda: ["nvidia-smi", "-L"],
+        description="Run inside the container before it counts as ready when GPUs are "
+        "requested: it must succeed and list a GPU (some engines ignore GPU requests).",
+    )
+    shm_size: str | None = Field(None, description="/dev/shm size, e.g. '16g'.")
+    ipc_host: bool = Field(False, description="Share the host's IPC namespace (NCCL).")
+    volumes: dict[str, str] = Field(
+        default_factory=dict, description="Host path → container path, e.g. model caches."
+    )
+    mount_model: bool = Field(
+        True,
+        description="Bind the model's directory read-only at the same path in the container.",
+    )
+    public_host: str | None = Field(
+        None,
+        description="Address perfgate uses to reach the server (host networking): default "
+        "the daemon's host for tcp:// or ssh:// URLs, else server.host.",
+    )
+
+
+class SshSpec(_Strict):
+    """The ssh launcher: start the engine on a remote host, reach it through a tunnel."""
+
+    host: str = Field(description="Remote host, as ssh takes it (user@host or a config alias).")
+    port: int = Field(22, ge=1, le=65535, description="sshd port.")
+    identity_file: str | None = Field(None, description="Private key (ssh -i).")
+    options: list[str] = Field(
+        default_factory=list,
+        description="Extra ssh -o options, e.g. ['StrictHostKeyChecking=accept-new'].",
+    )
+    workdir: str = Field(
+        "/tmp/perfgate", description="Remote directory for the server's log and pid files."
+    )
+    connect_timeout_s: float = Field(10.0, gt=0, description="ssh ConnectTimeout.")
+
+
 class Profile(_Strict):
     """One backend configuration: engine, launcher, model, server flags, workload."""
 
@@ -197,6 +254,19 @@ class Profile(_Strict):
     workload: WorkloadSpec
     gate: GateSpec = Field(default_factory=GateSpec)
     correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)
+    docker: DockerSpec | None = Field(None, description="Settings of the docker launcher.")
+    ssh: SshSpec | None = Field(None, description="Settings of the ssh launcher.")
+
+    @model_validator(mode="after")
+    def _launcher_settings(self) -> Profile:
+        if self.launcher in ("docker", "ssh") and getattr(self, self.launcher) is None:
+            raise ValueError(f"launcher {self.launcher!r} needs a [{self.launcher}] table")
+        if self.launcher == "docker" and not self.server.command:
+            raise ValueError(
+                "launcher 'docker' needs server.command: the engine's program inside the "
+                'image (e.g. ["/opt/llama/llama-server"] or ["vllm", "serve"])'
+            )
+        return self
 
     def digest(self) -> str:
         """A short stable hash of the profile's content, for provenance."""

@@ -39,7 +39,7 @@ from perfgate.client import RequestRecord, SimpleClient, request_body, stream_re
 from perfgate.diagnose import Diagnosis, diagnose, spec_facts
 from perfgate.engines import Engine, Fact, Facts, SpecCounters, get_engine
 from perfgate.errors import BackendError, WorkloadError
-from perfgate.launch import AttachedBackend, Backend, describe_local_hardware, launch_process
+from perfgate.launch import AttachedBackend, Backend, describe_local_hardware, launch
 from perfgate.load import Decision, LevelRun, RequestPlan, pooled_client, run_sweep
 from perfgate.metrics import LevelData, Measurement, SpecStats
 from perfgate.profile import Profile, load_profile
@@ -229,12 +229,12 @@ class PerfgateSession:
             return AttachedBackend(
                 self.base_url, engine=self.engine, model=model, log_path=self.server_log
             )
-        if self.profile.launcher == "attach":
-            raise BackendError(
-                f"profile {self.profile.name} attaches to a running server: pass --base-url URL"
+        if self.profile.launcher != "attach":
+            self.progress(
+                f"perfgate: starting {self.engine.name} for profile {self.profile.name} "
+                f"({self.profile.launcher} launcher)"
             )
-        self.progress(f"perfgate: starting {self.engine.name} for profile {self.profile.name}")
-        return launch_process(self.profile, self.engine, self.output_dir / "logs", owner=self.owner)
+        return launch(self.profile, self.engine, self.output_dir / "logs", owner=self.owner)
 
     def stop_backend(self) -> None:
         """Stop the backend (and a twin) if perfgate started them."""
@@ -248,7 +248,7 @@ class PerfgateSession:
         if name not in self.twins:
             twin = load_profile(name, self.root / "profiles")
             self.progress(f"perfgate: starting twin profile {name}")
-            backend = launch_process(
+            backend = launch(
                 twin, get_engine(twin.engine), self.output_dir / "logs", owner=self.owner
             )
             self.twins[name] = backend

@@ -233,8 +233,16 @@ class Engine:
     flag_facts: ClassVar[dict[str, str]] = {}  # command-line flag → fact key
     log_grep: ClassVar[str] = DIAGNOSIS_GREP
 
-    def launch_command(self, profile: Profile, host: str, port: int) -> list[str]:
-        """The argv that starts this engine for the profile."""
+    def prepare_model(self, profile: Profile) -> str:
+        """The local path of the weights the server loads (converted where the engine
+        needs another format)."""
+        return resolve_model_path(profile.model)
+
+    def launch_command(
+        self, profile: Profile, host: str, port: int, model: str | None = None
+    ) -> list[str]:
+        """The argv that starts this engine for the profile; ``model`` is the weights' path
+        where the server runs (default: :meth:`prepare_model`'s local path)."""
         raise EngineUnavailable(f"engine {self.name!r} cannot be launched; attach with --base-url")
 
     def tokenize_body(self, text: str, model: str) -> dict[str, Any]:

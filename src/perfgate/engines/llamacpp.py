@@ -16,7 +16,6 @@ from perfgate.engines.base import (
     facts_from_flags,
     flags_from_args,
     log_pattern,
-    resolve_model_path,
 )
 from perfgate.errors import EngineUnavailable
 from perfgate.profile import Profile
@@ -97,8 +96,10 @@ class LlamaCpp(Engine):
     flag_facts: ClassVar[dict[str, str]] = LLAMACPP_FLAGS
     log_grep: ClassVar[str] = r"accept|spec|draft|n_threads|n_slots|n_ctx|KV|flash|offload"
 
-    def launch_command(self, profile: Profile, host: str, port: int) -> list[str]:
-        model = resolve_model_path(profile.model)
+    def launch_command(
+        self, profile: Profile, host: str, port: int, model: str | None = None
+    ) -> list[str]:
+        model = model or self.prepare_model(profile)
         return [
             *(profile.server.command or [llama_server_binary()]),
             "--model",

@@ -20,7 +20,6 @@ from perfgate.engines.base import (
     SpecCounters,
     flags_from_args,
     log_pattern,
-    resolve_model_path,
 )
 from perfgate.engines.vllm import facts_from_args
 from perfgate.profile import Profile
@@ -136,8 +135,10 @@ class SGLang(Engine):
     spec_prefix: str | None = None
     log_patterns: ClassVar[tuple[LogPattern, ...]] = SGLANG_LOG
 
-    def launch_command(self, profile: Profile, host: str, port: int) -> list[str]:
-        model = resolve_model_path(profile.model)
+    def launch_command(
+        self, profile: Profile, host: str, port: int, model: str | None = None
+    ) -> list[str]:
+        model = model or self.prepare_model(profile)
         program = profile.server.command or [sys.executable, "-m", "sglang.launch_server"]
         return [
             *program,

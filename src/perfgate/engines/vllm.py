@@ -269,14 +269,23 @@ class VLLM(Engine):
     spec_prefix: str | None = "vllm:spec_decode_"
     log_patterns: ClassVar[tuple[LogPattern, ...]] = VLLM_LOG
 
-    def launch_command(self, profile: Profile, host: str, port: int) -> list[str]:
+    def prepare_model(self, profile: Profile) -> str:
+        """The weights' path; a GGUF converted to a Hugging Face directory (once, cached)
+        when the profile says ``hf_from_gguf``."""
         model = resolve_model_path(profile.model)
+        if not profile.model.hf_from_gguf:
+            return model
+        program = profile.server.command
+        python = program[0] if program and "python" in Path(program[0]).name else vllm_python()
+        return str(hf_model_dir(Path(model), python))
+
+    def launch_command(
+        self, profile: Profile, host: str, port: int, model: str | None = None
+    ) -> list[str]:
+        model = model or self.prepare_model(profile)
         program = profile.server.command
         if program is None:
             program = [vllm_python(), "-m", "vllm.entrypoints.openai.api_server"]
-        if profile.model.hf_from_gguf:
-            python = program[0] if "python" in Path(program[0]).name else vllm_python()
-            model = str(hf_model_dir(Path(model), python))
         model_args = [model] if program[-1] == "serve" else ["--model", model]
         return [
             *program,

@@ -1,9 +1,30 @@
 """Launchers: each returns a ``Backend`` handle (base_url, logs, alive, wait_ready, stop)."""
 
+from pathlib import Path
+
+from perfgate.engines import Engine
+from perfgate.errors import BackendError
 from perfgate.launch.attach import AttachedBackend
 from perfgate.launch.base import Backend
 from perfgate.launch.hardware import describe_local_hardware, hardware_key
 from perfgate.launch.process import ProcessBackend, free_port, launch_process
+from perfgate.profile import Profile
+
+
+def launch(profile: Profile, engine: Engine, log_dir: Path, *, owner: str) -> Backend:
+    """Start the profile's server with its launcher (not yet waited for)."""
+    if profile.launcher == "process":
+        return launch_process(profile, engine, log_dir, owner=owner)
+    if profile.launcher == "docker":
+        from perfgate.launch.docker import launch_docker  # the docker SDK loads only here
+
+        return launch_docker(profile, engine, log_dir, owner=owner)
+    if profile.launcher == "ssh":
+        from perfgate.launch.ssh import launch_ssh
+
+        return launch_ssh(profile, engine, log_dir, owner=owner)
+    raise BackendError(f"profile {profile.name} attaches to a running server: pass --base-url URL")
+
 
 __all__ = [
     "AttachedBackend",
@@ -12,5 +33,6 @@ __all__ = [
     "describe_local_hardware",
     "free_port",
     "hardware_key",
+    "launch",
     "launch_process",
 ]

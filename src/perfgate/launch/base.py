@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
+import signal
+import sys
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -10,6 +15,7 @@ from typing import Protocol
 import httpx
 
 from perfgate.engines import Engine
+from perfgate.errors import BackendStartError, ReadinessTimeout
 from perfgate.profile import redact_text
 
 Clock = Callable[[], float]
@@ -49,6 +55,78 @@ class Backend(Protocol):
     def stop(self) -> None:
         """Stop the server if perfgate started it; idempotent."""
         ...
+
+
+POLL_INTERVAL_S = 0.25
+
+
+def wait_until_ready(
+    backend: Backend,
+    model: str,
+    timeout_s: float,
+    *,
+    where: str,
+    clock: Clock = time.monotonic,
+    sleep: Sleep = time.sleep,
+    interval_s: float = POLL_INTERVAL_S,
+) -> None:
+    """Poll until the server answers health and a real token; check on every poll that it
+    is still running, so a crash during start is reported at once with its exit code and
+    log tail. ``where`` names the log (a path, a container, a remote file) in messages."""
+    deadline = clock() + timeout_s
+    name = backend.engine.name
+    with httpx.Client(base_url=backend.base_url, timeout=httpx.Timeout(5.0, read=30.0)) as c:
+        while True:
+            if not backend.alive():
+                code = backend.exit_code()
+                log = backend.log_tail(30)
+                raise BackendStartError(
+                    f"{name} server exited with code {code} while starting ({where}). "
+                    f"Last log lines:\n{log}",
+                    exit_code=code,
+                    log_tail=log,
+                )
+            last = probe_ready(c, backend.engine, model)
+            if last is None:
+                return
+            if clock() >= deadline:
+                log = backend.log_tail(30)
+                raise ReadinessTimeout(
+                    f"{name} server at {backend.base_url} not ready after {timeout_s:.0f}s "
+                    f"(last probe: {last}; raise timeouts.startup_s in the profile if it is "
+                    f"just slow). {where}, last lines:\n{log}",
+                    log_tail=log,
+                )
+            sleep(interval_s)
+
+
+class _Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+_live: weakref.WeakSet[_Stoppable] = weakref.WeakSet()
+
+
+def register_live(backend: _Stoppable) -> None:
+    """Remember a started backend, so it is stopped at exit if its owner forgot, and make
+    SIGTERM run that cleanup in scripts (pytest's plugin handles SIGTERM itself)."""
+    _live.add(backend)
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    ):
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+def forget_live(backend: _Stoppable) -> None:
+    """The backend was stopped."""
+    _live.discard(backend)
+
+
+@atexit.register
+def _stop_leftovers() -> None:  # last resort if a caller forgot stop()
+    for backend in list(_live):
+        backend.stop()
 
 
 def probe_ready(client: httpx.Client, engine: Engine, model: str) -> str | None:

@@ -2,29 +2,28 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import signal
 import socket
 import subprocess
-import sys
-import threading
 import time
-import weakref
 from pathlib import Path
 
-import httpx
-
 from perfgate.engines import Engine
-from perfgate.errors import BackendError, BackendStartError, ReadinessTimeout
-from perfgate.launch.base import Clock, Sleep, probe_ready, read_log, tail
+from perfgate.errors import BackendError, BackendStartError
+from perfgate.launch.base import (
+    Clock,
+    Sleep,
+    forget_live,
+    read_log,
+    register_live,
+    tail,
+    wait_until_ready,
+)
 from perfgate.profile import Profile, redact_argv
 
-POLL_INTERVAL_S = 0.25
 OWNER_ENV = "PERFGATE_OWNER"  # set in every server we start, so tests can find leftovers
-
-_live: weakref.WeakSet[ProcessBackend] = weakref.WeakSet()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -89,8 +88,7 @@ class ProcessBackend:
                     f"could not execute {argv[0]}: {exc}", exit_code=None, log_tail=""
                 ) from exc
         self.pgid = self._proc.pid  # start_new_session makes the child its group leader
-        _live.add(self)
-        _exit_on_sigterm()
+        register_live(self)
 
     @property
     def pid(self) -> int:
@@ -112,34 +110,13 @@ class ProcessBackend:
     def wait_ready(
         self, timeout_s: float, *, clock: Clock = time.monotonic, sleep: Sleep = time.sleep
     ) -> None:
-        deadline = clock() + timeout_s
-        last = "no probe yet"
-        with httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(5.0, read=30.0)) as c:
-            while True:
-                if not self.alive():
-                    code = self.exit_code()
-                    raise BackendStartError(
-                        f"{self.engine.name} server exited with code {code} while starting "
-                        f"(log: {self.log_path}). Last log lines:\n{self.log_tail(30)}",
-                        exit_code=code,
-                        log_tail=self.log_tail(30),
-                    )
-                last = probe_ready(c, self.engine, self.model) or ""
-                if not last:
-                    return
-                if clock() >= deadline:
-                    raise ReadinessTimeout(
-                        f"{self.engine.name} server at {self.base_url} not ready after "
-                        f"{timeout_s:.0f}s (last probe: {last}; raise timeouts.startup_s in "
-                        f"the profile if it is just slow). Log {self.log_path}, last lines:\n"
-                        f"{self.log_tail(30)}",
-                        log_tail=self.log_tail(30),
-                    )
-                sleep(POLL_INTERVAL_S)
+        wait_until_ready(
+            self, self.model, timeout_s, where=f"log {self.log_path}", clock=clock, sleep=sleep
+        )
 
     def stop(self) -> None:
         """SIGTERM the whole process group, then SIGKILL it after the grace period."""
-        _live.discard(self)
+        forget_live(self)
         if self._signal_group(signal.SIGTERM):
             deadline = time.monotonic() + self.stop_grace_s
             while time.monotonic() < deadline and self._group_exists():
@@ -184,18 +161,3 @@ def launch_process(
         stop_grace_s=profile.timeouts.stop_grace_s,
         owner=owner,
     )
-
-
-def _exit_on_sigterm() -> None:
-    """Make SIGTERM run atexit cleanup, where nobody else handles it (scripts, not pytest)."""
-    if (
-        threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-    ):
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-
-
-@atexit.register
-def _stop_leftovers() -> None:  # last resort if a caller forgot stop()
-    for backend in list(_live):
-        backend.stop()

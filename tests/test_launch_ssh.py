@@ -1,0 +1,85 @@
+"""The ssh launcher against a real sshd on 127.0.0.1 (Debian's openssh-server, installed by
+scripts/install-podman.sh) that the test starts with keys made for it. The "remote" host is
+this machine, so the llama-server binary and the model have the same paths there."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from perfgate.engines import get_engine
+from perfgate.errors import BackendError, BackendStartError
+from perfgate.launch.process import free_port
+from perfgate.launch.ssh import launch_ssh
+from perfgate.profile import load_profile_file
+from tests.helpers import launcher_profile, owned_server_pids, run_pytest
+from tests.services import Sshd
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    server = Sshd(tmp_path_factory.mktemp("sshd"))
+    yield server
+    server.close()
+
+
+def ssh_profile(tmp_path, sshd, name="tiny-ssh"):
+    return launcher_profile(tmp_path, name, "ssh", sshd.profile_table())
+
+
+def test_perf_run_on_a_remote_host_as_a_user_runs_it(sshd, tmp_path):
+    path = ssh_profile(tmp_path, sshd)
+    result = run_pytest(
+        "suites/perf", "-m", "perf", f"--profile={path}", f"--perf-output={tmp_path / 'out'}"
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "(ssh launcher)" in out
+    run = json.loads(next((tmp_path / "out" / "runs").glob("*.json")).read_text())
+    assert run["status"] == "passed" and run["launcher"] == "ssh"
+    assert run["facts"]["threads"]["value"] == 2  # from the remote log
+    log = next((tmp_path / "out" / "logs").glob("tiny-ssh-ssh-*.log")).read_text()
+    assert "listening on" in log  # the remote log was fetched
+    assert owned_server_pids() == set()  # the remote process group was stopped
+
+
+def test_refusing_host_fails_fast(sshd, tmp_path):
+    path = ssh_profile(tmp_path, sshd)
+    path.write_text(path.read_text().replace(f"port = {sshd.port}", f"port = {free_port()}"))
+    started = time.monotonic()
+    with pytest.raises(BackendError, match=r"ssh to .* failed") as err:
+        launch_ssh(load_profile_file(path), get_engine("llamacpp"), tmp_path)
+    assert time.monotonic() - started < 10
+    assert "Connection refused" in str(err.value)
+
+
+def test_bad_flag_exits_at_once_with_exit_code_and_log(sshd, tmp_path):
+    path = ssh_profile(tmp_path, sshd)
+    path.write_text(path.read_text().replace("metrics = true", "no-such-flag = true"))
+    backend = launch_ssh(load_profile_file(path), get_engine("llamacpp"), tmp_path)
+    started = time.monotonic()
+    try:
+        with pytest.raises(BackendStartError, match="exited with code") as err:
+            backend.wait_ready(60)
+    finally:
+        backend.stop()
+    assert time.monotonic() - started < 5
+    assert err.value.exit_code not in (None, 0)
+    assert "no-such-flag" in err.value.log_tail
+    assert owned_server_pids() == set()
+
+
+def test_readiness_timeout_stops_the_remote_server(sshd, tmp_path):
+    backend = launch_ssh(
+        load_profile_file(ssh_profile(tmp_path, sshd)), get_engine("llamacpp"), tmp_path
+    )
+    try:
+        with pytest.raises(BackendError, match="not ready after 0s"):
+            backend.wait_ready(0.01)
+    finally:
+        backend.stop()
+    assert owned_server_pids() == set()
