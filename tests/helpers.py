@@ -130,3 +130,39 @@ def launcher_profile(
     path = profile_toml(replacements, directory, name=name)
     path.write_text(path.read_text() + "\n" + table)
     return path
+
+
+def interrupt_pytest(*args: str, when: str, timeout: float = 120) -> tuple[int, str]:
+    """Run pytest as a user would, press Ctrl-C once a line containing ``when`` appears;
+    returns the exit code and the whole output."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        # a terminal delivers Ctrl-C to a process whose SIGINT is at its default; a
+        # background job of a non-interactive shell (as in CI) inherits it ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if when in line:
+                break
+        else:
+            raise AssertionError(f"never saw {when!r}:\n{''.join(lines)}")
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, "".join(lines) + out

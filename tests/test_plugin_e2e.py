@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,7 +11,7 @@ import pytest
 
 from perfgate.profile import DEFAULT_PROFILE, load_profile
 from perfgate.session import PerfgateSession
-from tests.helpers import ROOT, TINY, owned_server_pids, profile_toml, run_pytest
+from tests.helpers import ROOT, TINY, interrupt_pytest, owned_server_pids, profile_toml, run_pytest
 
 pytestmark = pytest.mark.engine
 
@@ -84,39 +80,14 @@ def test_invalid_profile_is_rejected_before_any_server_starts(tmp_path):
 def test_ctrl_c_stops_the_server_and_keeps_the_run_json(tmp_path):
     tiny = profile_toml({**TINY, "rounds = 1": "rounds = 50"}, tmp_path, name="tiny")
     before = owned_server_pids()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-m",
-            "perf",
-            f"--profile={tiny}",
-            f"--perf-output={tmp_path / 'out'}",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        # a terminal delivers Ctrl-C to a process whose SIGINT is at its default; a
-        # background job of a non-interactive shell (as in CI) inherits it ignored
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    code, out = interrupt_pytest(
+        "-m",
+        "perf",
+        f"--profile={tiny}",
+        f"--perf-output={tmp_path / 'out'}",
+        when="sweep C=1 run 1: 50 requests",
     )
-    lines = []
-    try:
-        for line in proc.stdout:
-            lines.append(line)
-            if "sweep C=1 run 1: 50 requests" in line:
-                break
-        assert owned_server_pids() - before, "".join(lines)
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 2, "".join(lines) + out
+    assert code == 2, out
     assert "KeyboardInterrupt" in out
     assert not (owned_server_pids() - before)
     run = json.loads(runs_in(tmp_path / "out")[-1].read_text())

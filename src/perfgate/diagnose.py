@@ -198,12 +198,23 @@ def _acceptance_causes(new: Mapping[str, Fact], old: Mapping[str, Fact]) -> list
     if before is None and now < ACCEPT_FLOOR:
         return [
             Cause(
-                70,
+                60 + 60 * (1 - now / ACCEPT_FLOOR),  # ~1% acceptance outranks anything
                 f"draft acceptance {now:.1%}: nearly every drafted token is rejected, so "
                 "speculation costs more than it saves",
             )
         ]
     return []
+
+
+_LOG_PREFIX = re.compile(r"^.*?\] ")
+
+
+def _why(fact: Fact) -> str:
+    """``: <the log line's message>`` for a fact read from a log line, else ''."""
+    if fact.source != "log" or not fact.evidence:
+        return ""
+    message = _LOG_PREFIX.sub("", fact.evidence, count=1)
+    return f": {message[:160]}{'...' if len(message) > 160 else ''}"
 
 
 def _change_cause(change: FactChange) -> Cause | None:
@@ -215,9 +226,14 @@ def _change_cause(change: FactChange) -> Cause | None:
         weight = ARG_WEIGHT if key.startswith("arg.") else OTHER_WEIGHT
         rule = FactRule(key.removeprefix("arg."), weight)
     if key in ("cuda_graphs", "custom_all_reduce", "flash_attn") and new is not None:
+        if old is None and new.value in (False, "off", "0"):
+            # engines log these only when they are off: absent before means it was on
+            return Cause(
+                rule.weight * 0.8,
+                f"{rule.label} off (the baseline's server did not report it off){_why(new)}",
+            )
         if new.value in (False, "off", "0"):
-            why = f": {new.evidence}" if new.evidence and new.source == "log" else ""
-            return Cause(rule.weight, f"{rule.label} off (baseline on){why}")
+            return Cause(rule.weight, f"{rule.label} off (baseline on){_why(new)}")
         if old is not None and old.value in (False, "off", "0"):
             return Cause(rule.weight / 3, f"{rule.label} on (baseline off)")
     if key in ("kv_cache_tokens", "max_concurrency", "max_running_requests"):
@@ -239,11 +255,9 @@ def _absolute_causes(new: Mapping[str, Fact], old: Mapping[str, Fact]) -> list[C
         ("custom_all_reduce", "custom all-reduce disabled", 35),
     ):
         fact = new.get(key)
-        if fact is not None and fact.value is False and key not in old:
-            why = f": {fact.evidence}" if fact.evidence else ""
-            causes.append(Cause(weight, label + why))
-    synthetic = new.get("spec_synthetic")
-    if synthetic is not None and "spec_synthetic" not in old:
+        if fact is not None and fact.value is False:
+            causes.append(Cause(weight, label + _why(fact)))
+    if "spec_synthetic" in new:
         causes.append(
             Cause(77, "synthetic speculative acceptance is on (benchmarking only, output invalid)")
         )
@@ -267,7 +281,8 @@ def likely_causes(
         for change in fact_changes(old, new):
             if (cause := _change_cause(change)) is not None:
                 causes.append(cause)
-    causes += _absolute_causes(new, old)
+    else:
+        causes += _absolute_causes(new, old)
     seen: set[str] = set()
     ranked = []
     for cause in sorted(causes, key=lambda c: -c.score):
