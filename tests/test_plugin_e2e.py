@@ -125,6 +125,59 @@ def test_attach_with_base_url_measures_and_leaves_the_server_running(tmp_path):
         owner.stop_backend()
 
 
+GENERIC_PROFILE = """
+name = "generic-endpoint"
+engine = "openai"
+launcher = "attach"
+hardware = "somewhere"
+[model]
+name = "gemma-3-270m"
+[workload]
+input_len = 64
+output_len = 16
+levels = [1, 2]
+rounds = 1
+single_requests = 2
+[gate]
+repeats = 1
+"""
+
+
+def test_generic_endpoint_degrades_with_a_clear_message(tmp_path):
+    """A server known only as OpenAI-compatible (here the real llama.cpp server, attached
+    as engine 'openai'): no tokenize endpoint is assumed, so prompt lengths are estimated
+    from usage.prompt_tokens, and perfgate says so in the output and the run JSON."""
+    profile = tmp_path / "generic.toml"
+    profile.write_text(GENERIC_PROFILE)
+    owner = PerfgateSession(
+        load_profile(DEFAULT_PROFILE, ROOT / "profiles"),
+        root=ROOT,
+        baselines_dir=tmp_path,
+        output_dir=tmp_path / "own",
+        progress=lambda _: None,
+    )
+    try:
+        backend = owner.start_backend()
+        result = run_pytest(
+            "suites/perf",
+            "-m",
+            "perf",
+            f"--profile={profile}",
+            f"--base-url={backend.base_url}",
+            f"--perf-output={tmp_path / 'out'}",
+        )
+    finally:
+        owner.stop_backend()
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "perfgate: warning: no tokenize endpoint: prompts of" in out
+    run = json.loads(runs_in(tmp_path / "out")[-1].read_text())
+    assert any("input lengths are approximate" in note for note in run["notes"])
+    levels = run["measurements"]["sweep"]["levels"]
+    prompt_tokens = [r["prompt_tokens"] for lv in levels for r in lv["records"]]
+    assert all(48 <= n <= 80 for n in prompt_tokens if n), prompt_tokens  # about 64
+
+
 def baselines_option(directory):
     return f"--override-ini=perfgate_baselines_dir={directory}"
 

@@ -45,7 +45,7 @@ from perfgate.metrics import LevelData, Measurement, SpecStats
 from perfgate.profile import Profile, load_profile
 from perfgate.report import RunRecord, render_table
 from perfgate.stats import median
-from perfgate.workload import Prompt, Tokenizer, build_prompts
+from perfgate.workload import Prompt, Tokenizer, approximate_prompts, build_prompts
 
 Progress = Callable[[str], None]
 RoundRunner = Callable[[Callable[[], None], int], None]
@@ -160,6 +160,7 @@ class PerfgateSession:
         self.twins: dict[str, Backend] = {}
         self.backend_error: BackendError | None = None
         self.correctness_failures: list[str] = []
+        self.completion_extras = self.engine.completion_extras()
         self.run = RunRecord(
             perfgate_version=__version__,
             profile=profile.public_dump(),
@@ -218,10 +219,50 @@ class PerfgateSession:
             self.run.engine_version = self.engine.version(client)
         self.run.base_url = backend.base_url
         self.collect_facts()
+        if not self.engine.features_known:
+            self._probe_features(backend)
         self.progress(
             f"perfgate: {self.engine.name} {self.run.engine_version} ready at {backend.base_url}"
         )
         return backend
+
+    def degraded(self, message: str) -> None:
+        """Say once, in the output and the run JSON, what perfgate could not do as usual."""
+        if message not in self.run.notes:
+            self.run.notes.append(message)
+            self.progress(f"perfgate: warning: {message}")
+
+    def _probe_features(self, backend: Backend) -> None:
+        """For a server of unknown kind: does it accept the fields that force output
+        length? Without them, say so and measure what it generates."""
+        extras = self.completion_extras
+        if not extras:
+            return
+        body = {"model": self.profile.model.name, "prompt": "Hello", "max_tokens": 1, **extras}
+        try:
+            with httpx.Client(base_url=backend.base_url, timeout=30.0) as client:
+                response = client.post("/v1/completions", json=body)
+        except httpx.HTTPError:
+            return  # measuring will report the failure with its evidence
+        if 400 <= response.status_code < 500:
+            self.completion_extras = {}
+            self.degraded(
+                f"the server rejects {', '.join(sorted(extras))} (HTTP {response.status_code}: "
+                f"{response.text[:160]}); output lengths are not forced, so requests may "
+                "end early and tok/s counts the tokens actually generated"
+            )
+
+    def _check_output_lengths(self, data: LevelData) -> None:
+        m = data.metrics
+        expected = self.profile.workload.output_len
+        if m.ok and m.output_tokens < m.ok * expected:
+            forced = "ignore_eos" in self.completion_extras
+            self.degraded(
+                f"C={m.concurrency}: {m.output_tokens} output tokens over {m.ok} requests, "
+                f"fewer than {expected} each"
+                + (" although ignore_eos was sent (the server ignores it)" if forced else "")
+                + "; figures compare badly with runs of full-length outputs"
+            )
 
     def _launch(self) -> Backend:
         model = self.profile.model.name
@@ -309,16 +350,23 @@ class PerfgateSession:
             model=self.profile.model.name,
             output_len=w.output_len,
             request_timeout_s=self.profile.timeouts.request_s,
-            extras={"temperature": 0, **self.engine.completion_extras()},
+            extras={"temperature": 0, **self.completion_extras},
             reasoning_fields=self.engine.reasoning_fields,
         )
 
     def _prompts(self, name: str, concurrency: int, repeat: int, count: int) -> list[Prompt]:
         w = self.profile.workload
         backend = self.start_backend()
+        seed = random.Random(f"{w.seed}:{name}:{concurrency}:{repeat}").getrandbits(32)
         with httpx.Client(base_url=backend.base_url, timeout=30.0) as client:
+            if self.engine.tokenize_path is None:
+                prompts, note = approximate_prompts(
+                    client, self.profile.model.name, count, w.input_len, seed
+                )
+                if not any(n.startswith("no tokenize endpoint") for n in self.run.notes):
+                    self.degraded(note)  # once: later levels' estimates differ slightly
+                return prompts
             tokenizer = Tokenizer(client, self.engine, self.profile.model.name)
-            seed = random.Random(f"{w.seed}:{name}:{concurrency}:{repeat}").getrandbits(32)
             return build_prompts(tokenizer, count, w.input_len, seed)
 
     def _abort_reason(self, name: str, data: LevelData) -> str | None:
@@ -370,6 +418,7 @@ class PerfgateSession:
         def on_level(level: LevelRun, repeat: int) -> None:
             data = LevelData.from_run(level, repeat, spec=spec_window.close())
             measurement.levels.append(data)
+            self._check_output_lengths(data)
             m = data.metrics
             self.progress(
                 f"perfgate: {name} C={m.concurrency}: {m.agg_tok_s:.1f} tok/s agg, "
@@ -463,6 +512,7 @@ class PerfgateSession:
             batch = records[first:]
             run = LevelRun(concurrency=1, records=batch, start=batch[0].start, end=batch[-1].end)
             measurement.levels.append(LevelData.from_run(run, repeat, spec=spec_window.close()))
+            self._check_output_lengths(measurement.levels[-1])
             self.save_run()
             return measurement.levels
 

@@ -120,3 +120,37 @@ def build_prompts(tokenizer: Tokenizer, count: int, input_len: int, seed: int) -
     """``count`` distinct seeded prompts of exactly ``input_len`` tokens."""
     rng = random.Random(seed)
     return [exact_prompt(tokenizer, rng, input_len) for _ in range(count)]
+
+
+CALIBRATION_WORDS = 256
+
+
+def approximate_prompts(
+    client: httpx.Client, model: str, count: int, input_len: int, seed: int
+) -> tuple[list[Prompt], str]:
+    """For a server without a tokenize endpoint: seeded prompts whose length is estimated
+    from one reading of ``usage.prompt_tokens`` (tokens per word of the same vocabulary).
+    Returns the prompts (``tokens`` None: not exact) and a note saying how far off."""
+    rng = random.Random(seed)
+    sample = " ".join(_random_words(rng, CALIBRATION_WORDS))
+    try:
+        response = client.post(
+            "/v1/completions",
+            json={"model": model, "prompt": sample, "max_tokens": 1, "temperature": 0},
+        )
+        response.raise_for_status()
+        measured = int(response.json()["usage"]["prompt_tokens"])
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        raise WorkloadError(
+            "the server has no tokenize endpoint and reports no usage.prompt_tokens "
+            f"({exc}); prompt lengths cannot be set"
+        ) from exc
+    per_word = measured / CALIBRATION_WORDS
+    words = max(1, round(input_len / per_word))
+    prompts = [Prompt(" ".join(_random_words(rng, words)), None) for _ in range(count)]
+    note = (
+        f"no tokenize endpoint: prompts of {words} words, about {input_len} tokens "
+        f"({per_word:.2f} tokens per word, from one usage.prompt_tokens reading); "
+        "input lengths are approximate"
+    )
+    return prompts, note

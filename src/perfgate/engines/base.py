@@ -229,6 +229,7 @@ class Engine:
     reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning")
     metrics_path: str | None = None
     spec_prefix: str | None = None  # Prometheus name prefix of spec-decode counters
+    features_known: bool = True  # False: probe what the server supports before measuring
     log_patterns: ClassVar[tuple[LogPattern, ...]] = ()
     flag_facts: ClassVar[dict[str, str]] = {}  # command-line flag → fact key
     log_grep: ClassVar[str] = DIAGNOSIS_GREP

@@ -9,8 +9,10 @@ from perfgate.engines.base import Engine
 
 @dataclass(frozen=True)
 class OpenAICompatible(Engine):
-    """Only the OpenAI API is assumed: no tokenize endpoint, no health path."""
+    """Only the OpenAI API is assumed: no tokenize endpoint, no health path; whether it
+    takes ``ignore_eos`` is probed before measuring (perfgate says what it degraded)."""
 
     name: str = "openai"
     health_path: str | None = None
     tokenize_path: str | None = None
+    features_known: bool = False
