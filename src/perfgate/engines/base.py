@@ -55,6 +55,30 @@ def flags_from_args(args: dict[str, ArgValue], model_path: str | None = None) ->
     return out
 
 
+def server_argv(
+    program: list[str],
+    model_args: list[str],
+    name_flag: str,
+    profile: Profile,
+    host: str,
+    port: int,
+    model: str,
+) -> list[str]:
+    """``program``, the model, its served name, host and port, then the profile's flags."""
+    return [
+        *program,
+        *model_args,
+        name_flag,
+        profile.model.name,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        *flags_from_args(profile.server.args, model),
+        *profile.server.extra_args,
+    ]
+
+
 def resolve_model_path(model: ModelSpec) -> str:
     """The local path of the model weights: ``path`` as given, or ``package.assemble()``."""
     if model.path:

@@ -14,8 +14,8 @@ from perfgate.engines.base import (
     Facts,
     LogPattern,
     facts_from_flags,
-    flags_from_args,
     log_pattern,
+    server_argv,
 )
 from perfgate.errors import EngineUnavailable
 from perfgate.profile import Profile
@@ -100,19 +100,8 @@ class LlamaCpp(Engine):
         self, profile: Profile, host: str, port: int, model: str | None = None
     ) -> list[str]:
         model = model or self.prepare_model(profile)
-        return [
-            *(profile.server.command or [llama_server_binary()]),
-            "--model",
-            model,
-            "--alias",
-            profile.model.name,
-            "--host",
-            host,
-            "--port",
-            str(port),
-            *flags_from_args(profile.server.args, model),
-            *profile.server.extra_args,
-        ]
+        program = profile.server.command or [llama_server_binary()]
+        return server_argv(program, ["--model", model], "--alias", profile, host, port, model)
 
     def tokenize_body(self, text: str, model: str) -> dict[str, Any]:
         return {"content": text, "add_special": True}

@@ -18,8 +18,8 @@ from perfgate.engines.base import (
     FactValue,
     LogPattern,
     SpecCounters,
-    flags_from_args,
     log_pattern,
+    server_argv,
 )
 from perfgate.engines.vllm import facts_from_args
 from perfgate.profile import Profile
@@ -140,19 +140,8 @@ class SGLang(Engine):
     ) -> list[str]:
         model = model or self.prepare_model(profile)
         program = profile.server.command or [sys.executable, "-m", "sglang.launch_server"]
-        return [
-            *program,
-            "--model-path",
-            model,
-            "--served-model-name",
-            profile.model.name,
-            "--host",
-            host,
-            "--port",
-            str(port),
-            *flags_from_args(profile.server.args, model),
-            *profile.server.extra_args,
-        ]
+        model_args = ["--model-path", model]
+        return server_argv(program, model_args, "--served-model-name", profile, host, port, model)
 
     def server_info(self, client: httpx.Client) -> dict[str, Any]:
         """/server_info (older releases: /get_server_info), or {}."""

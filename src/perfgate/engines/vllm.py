@@ -25,10 +25,10 @@ from perfgate.engines.base import (
     LogPattern,
     coerce,
     facts_from_log,
-    flags_from_args,
     is_secret_name,
     log_pattern,
     resolve_model_path,
+    server_argv,
 )
 from perfgate.errors import EngineUnavailable
 from perfgate.profile import Profile
@@ -287,18 +287,7 @@ class VLLM(Engine):
         if program is None:
             program = [vllm_python(), "-m", "vllm.entrypoints.openai.api_server"]
         model_args = [model] if program[-1] == "serve" else ["--model", model]
-        return [
-            *program,
-            *model_args,
-            "--served-model-name",
-            profile.model.name,
-            "--host",
-            host,
-            "--port",
-            str(port),
-            *flags_from_args(profile.server.args, model),
-            *profile.server.extra_args,
-        ]
+        return server_argv(program, model_args, "--served-model-name", profile, host, port, model)
 
     def tokenize_body(self, text: str, model: str) -> dict[str, Any]:
         return {"model": model, "prompt": text, "add_special_tokens": True}
