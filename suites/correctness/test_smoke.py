@@ -30,6 +30,33 @@ def test_known_answer(llm, prompt, answer):
     assert "\n" not in record.text, "stop sequence leaked into the text"
 
 
+def test_finish_reason_stop_at_end_of_sequence(llm, perfgate_session):
+    """The model emits its end-of-sequence token → finish_reason 'stop', fewer tokens than
+    max_tokens, nothing of the EOS token in the text; streamed and not. A base model never
+    ends on its own (Gemma 270M: none in ~35 prompts up to 320 tokens), so the profile's
+    eos_token_id gets a logit bias: the engine's own end-of-sequence path still decides."""
+    spec = perfgate_session.profile.correctness
+    params: dict[str, object] = {"temperature": 0}
+    if spec.eos_token_id is not None:
+        params["logit_bias"] = {str(spec.eos_token_id): spec.eos_logit_bias}
+    prompt = "Q: What is the capital of France?\nA:"
+    streamed = llm.stream(prompt, max_tokens=48, **params)
+    plain = llm.complete(prompt, max_tokens=48, **params)
+    assert streamed.ok, streamed.error
+    for finish, text, tokens in (
+        (streamed.finish_reason, streamed.text, streamed.completion_tokens),
+        (
+            plain["choices"][0]["finish_reason"],
+            plain["choices"][0]["text"],
+            plain["usage"]["completion_tokens"],
+        ),
+    ):
+        assert finish == "stop", f"finish_reason {finish!r} after {tokens} tokens: {text!r}"
+        assert tokens is not None and 0 < tokens < 48, f"{tokens} tokens: {text!r}"
+        assert text.strip() and "<eos>" not in text and "</s>" not in text, repr(text)
+    assert streamed.text == plain["choices"][0]["text"]
+
+
 def test_finish_reason_length_and_usage(llm):
     """max_tokens hit → finish_reason 'length', usage equals the tokens streamed."""
     record = llm.stream("Once upon a time", max_tokens=12, temperature=0, ignore_eos=True)
