@@ -128,6 +128,12 @@ def test_parsers_tolerate_non_literal_values():
 
 def sglang_metrics(generated: float, requests: float) -> str:
     return (
+        "# HELP sglang:spec_accept_length The average acceptance length of speculative decoding.\n"
+        "# TYPE sglang:spec_accept_length gauge\n"
+        'sglang:spec_accept_length{model_name="qwen"} 3.21\n'
+        "# HELP sglang:spec_accept_rate The average acceptance rate of speculative decoding.\n"
+        "# TYPE sglang:spec_accept_rate gauge\n"
+        'sglang:spec_accept_rate{model_name="qwen"} 0.74\n'
         "# HELP sglang:generation_tokens_total Number of generation tokens processed.\n"
         "# TYPE sglang:generation_tokens_total counter\n"
         f'sglang:generation_tokens_total{{model_name="qwen"}} {generated}\n'
@@ -184,6 +190,7 @@ def test_sglang_endpoint_reads_server_info_and_metrics():
     assert counters is not None and counters.drafts == pytest.approx(100)
     facts = values(engine.endpoint_facts(client))
     assert facts["spec_method"] == "NEXTN" and facts["tensor_parallel_size"] == 2
+    assert facts["log_accept_rate"] == 0.74 and facts["log_mean_accept_len"] == 3.21
     assert "sk-x" not in str(facts)
 
 

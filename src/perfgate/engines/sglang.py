@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from perfgate.engines.base import (
     Engine,
+    Fact,
     Facts,
     FactValue,
     LogPattern,
@@ -123,6 +124,23 @@ def spec_counters_from(server_info: dict[str, Any], metrics_text: str) -> SpecCo
     )
 
 
+ACCEPT_GAUGES = {
+    "sglang:spec_accept_length": "log_mean_accept_len",
+    "sglang:spec_accept_rate": "log_accept_rate",
+}
+
+
+def acceptance_gauges(metrics_text: str) -> Facts:
+    """SGLang's recent-window acceptance gauges (not deltas: facts, not gated figures)."""
+    facts: Facts = {}
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            key = ACCEPT_GAUGES.get(sample.name)
+            if key is not None:
+                facts[key] = Fact(value=sample.value, source="endpoint", evidence=sample.name)
+    return facts
+
+
 @dataclass(frozen=True)
 class SGLang(Engine):
     """SGLang: /health, /server_info, /metrics; reasoning in ``reasoning_content``."""
@@ -176,7 +194,14 @@ class SGLang(Engine):
         return {}
 
     def endpoint_facts(self, client: httpx.Client) -> Facts:
-        """Server arguments from /server_info, as facts."""
+        """Server arguments from /server_info, and the acceptance gauges of /metrics."""
         info = self.server_info(client)
         args = {k: v for k, v in info.items() if k not in ("internal_states", "version")}
-        return facts_from_args(args, "endpoint", "/server_info") if args else {}
+        facts = facts_from_args(args, "endpoint", "/server_info") if args else {}
+        try:
+            metrics = client.get(self.metrics_path or "/metrics")
+        except httpx.HTTPError:
+            return facts
+        if metrics.status_code == 200:
+            facts.update(acceptance_gauges(metrics.text))
+        return facts
