@@ -51,6 +51,7 @@ def test_sglang_mtp_command_line():
         "--enable-metrics",
     ]
     assert get_engine("sglang").reasoning_fields == ("reasoning_content",)
+    assert get_engine("sglang").health_path == "/health_generate"
 
 
 def test_vllm_dflash_command_line():

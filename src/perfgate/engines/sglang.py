@@ -143,10 +143,10 @@ def acceptance_gauges(metrics_text: str) -> Facts:
 
 @dataclass(frozen=True)
 class SGLang(Engine):
-    """SGLang: /health, /server_info, /metrics; reasoning in ``reasoning_content``."""
+    """SGLang: /health_generate, /server_info, /metrics; reasoning in ``reasoning_content``."""
 
     name: str = "sglang"
-    health_path: str | None = "/health"
+    health_path: str | None = "/health_generate"  # runs a real forward pass server-side
     tokenize_path: str | None = None
     reasoning_fields: tuple[str, ...] = ("reasoning_content",)
     metrics_path: str | None = "/metrics"  # needs --enable-metrics
