@@ -20,7 +20,6 @@ from perfgate.profile import (
     ModelSpec,
     Profile,
     is_secret_name,
-    redact_argv,
     redact_text,
 )
 
@@ -200,10 +199,9 @@ def facts_from_log(text: str, patterns: Iterable[LogPattern]) -> Facts:
 
 def facts_from_flags(argv: list[str], names: dict[str, str], source: str = "command") -> Facts:
     """Facts from a command line: ``names`` maps each flag spelling to a fact key.
-    ``--flag value`` and ``--flag=value`` give the value; a bare flag gives True."""
+    ``--flag value`` and ``--flag=value`` give the value; a bare flag gives True. Flags
+    with secret-looking names are never read."""
     facts: Facts = {}
-    argv = redact_argv(argv)
-    evidence = " ".join(argv)[:300]
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -219,6 +217,7 @@ def facts_from_flags(argv: list[str], names: dict[str, str], source: str = "comm
             i += 1
         else:
             value = True
+        evidence = flag if value is True else f"{flag} {value}"
         facts[key] = Fact(value=coerce(value), source=source, evidence=evidence)
         i += 1
     return facts
@@ -241,6 +240,65 @@ def coerce(value: FactValue) -> FactValue:
         except ValueError:
             continue
     return value
+
+
+SKIPPED_ARGS = {"host", "port", "model", "model_tag", "served_model_name", "api_key"}
+
+
+def _as_fact_value(value: Any) -> FactValue:
+    if isinstance(value, bool | int | float | str):
+        return value
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def arg_values(args: dict[str, Any]) -> dict[str, FactValue]:
+    """Fact values from vLLM/SGLang engine arguments: each as ``arg.<name>`` (secrets and
+    addresses left out), plus the derived configuration facts diagnosis ranks (tensor
+    parallel, CUDA graphs, custom all-reduce, speculation)."""
+    facts: dict[str, FactValue] = {}
+
+    def put(key: str, value: Any) -> None:
+        if value is None or value == "None":
+            return
+        facts[key] = _as_fact_value(coerce(value))
+
+    for name, value in args.items():
+        if name not in SKIPPED_ARGS and not is_secret_name(name):
+            put(f"arg.{name}", value)
+    put("tensor_parallel_size", args.get("tensor_parallel_size", args.get("tp_size")))
+    if args.get("enforce_eager") in (True, "True") or args.get("disable_cuda_graph") in (
+        True,
+        "True",
+    ):
+        put("cuda_graphs", False)
+    if args.get("disable_custom_all_reduce") in (True, "True"):
+        put("custom_all_reduce", False)
+    put("attention_backend", args.get("attention_backend"))
+    put("kv_cache_dtype", args.get("kv_cache_dtype"))
+    spec = args.get("speculative_config")
+    if isinstance(spec, str):
+        try:
+            spec = json.loads(spec)
+        except ValueError:
+            spec = None
+    if isinstance(spec, dict):
+        put("spec_method", spec.get("method"))
+        put("spec_num_tokens", spec.get("num_speculative_tokens"))
+        if spec.get("model"):
+            put("draft_model", Path(str(spec["model"])).name)
+    put("spec_method", args.get("speculative_algorithm"))
+    put("spec_num_tokens", args.get("speculative_num_steps"))
+    if args.get("speculative_draft_model_path"):
+        put("draft_model", Path(str(args["speculative_draft_model_path"])).name)
+    return facts
+
+
+def facts_from_args(args: dict[str, Any], source: str, evidence: str) -> Facts:
+    """:func:`arg_values` as facts read from ``source``."""
+    return {
+        key: Fact(value=value, source=source, evidence=evidence)
+        for key, value in arg_values(args).items()
+    }
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,11 @@ from perfgate.engines.base import (
     FactValue,
     LogPattern,
     SpecCounters,
+    arg_values,
+    facts_from_args,
     log_pattern,
     server_argv,
 )
-from perfgate.engines.vllm import facts_from_args
 from perfgate.profile import Profile
 
 _ARG = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|\{[^}]*\}|[^,()]+)")
@@ -40,8 +41,7 @@ def parse_server_args(text: str) -> dict[str, Any]:
 
 
 def _server_args(match: re.Match[str]) -> dict[str, FactValue]:
-    args = parse_server_args(match[1])
-    return {k: f.value for k, f in facts_from_args(args, "log", match[0][:300]).items()}
+    return arg_values(parse_server_args(match[1]))
 
 
 # SGLang log lines (srt/server_args.py, mem_cache/memory_pool.py, managers/scheduler.py)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
-import json
 import os
 import re
 import subprocess
@@ -23,9 +22,8 @@ from perfgate.engines.base import (
     Facts,
     FactValue,
     LogPattern,
+    arg_values,
     coerce,
-    facts_from_log,
-    is_secret_name,
     log_pattern,
     resolve_model_path,
     server_argv,
@@ -95,9 +93,6 @@ def hf_model_dir(gguf: Path, python: str) -> Path:
     return out
 
 
-SKIPPED_ARGS = {"host", "port", "model", "model_tag", "served_model_name", "api_key"}
-
-
 def parse_python_dict(text: str) -> dict[str, Any]:
     """A logged Python dict repr; values that are not literals are kept as strings."""
     try:
@@ -108,56 +103,8 @@ def parse_python_dict(text: str) -> dict[str, Any]:
         return {key: raw.strip().strip("'") for key, raw in pairs}
 
 
-def _as_fact_value(value: Any) -> FactValue:
-    if isinstance(value, bool | int | float | str):
-        return value
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def facts_from_args(args: dict[str, Any], source: str, evidence: str) -> Facts:
-    """Facts from vLLM/SGLang engine arguments: each as ``arg.<name>``, plus the derived
-    configuration facts diagnosis ranks (tensor parallel, CUDA graphs, speculation...)."""
-    facts: Facts = {}
-
-    def put(key: str, value: Any) -> None:
-        if value is None or value == "None":
-            return
-        facts[key] = Fact(value=_as_fact_value(coerce(value)), source=source, evidence=evidence)
-
-    for name, value in args.items():
-        if name not in SKIPPED_ARGS and not is_secret_name(name):
-            put(f"arg.{name}", value)
-    put("tensor_parallel_size", args.get("tensor_parallel_size", args.get("tp_size")))
-    if args.get("enforce_eager") in (True, "True") or args.get("disable_cuda_graph") in (
-        True,
-        "True",
-    ):
-        put("cuda_graphs", False)
-    if args.get("disable_custom_all_reduce") in (True, "True"):
-        put("custom_all_reduce", False)
-    put("attention_backend", args.get("attention_backend"))
-    put("kv_cache_dtype", args.get("kv_cache_dtype"))
-    spec = args.get("speculative_config")
-    if isinstance(spec, str):
-        try:
-            spec = json.loads(spec)
-        except ValueError:
-            spec = None
-    if isinstance(spec, dict):
-        put("spec_method", spec.get("method"))
-        put("spec_num_tokens", spec.get("num_speculative_tokens"))
-        if spec.get("model"):
-            put("draft_model", Path(str(spec["model"])).name)
-    put("spec_method", args.get("speculative_algorithm"))
-    put("spec_num_tokens", args.get("speculative_num_steps"))
-    if args.get("speculative_draft_model_path"):
-        put("draft_model", Path(str(args["speculative_draft_model_path"])).name)
-    return facts
-
-
 def _non_default_args(match: re.Match[str]) -> dict[str, FactValue]:
-    args = parse_python_dict(match[1])
-    return {k: f.value for k, f in facts_from_args(args, "log", match[0]).items()}
+    return arg_values(parse_python_dict(match[1]))
 
 
 ENGINE_CONFIG_KEYS = (
@@ -320,4 +267,4 @@ class VLLM(Engine):
         return cache_config_facts(response.text)
 
 
-__all__ = ["VLLM", "facts_from_args", "facts_from_log", "parse_python_dict"]
+__all__ = ["VLLM", "parse_python_dict"]
