@@ -36,12 +36,13 @@ from perfgate.baseline import (
     save_golden,
 )
 from perfgate.client import RequestRecord, SimpleClient, request_body, stream_request
-from perfgate.diagnose import Diagnosis, diagnose, spec_facts
-from perfgate.engines import Engine, Fact, Facts, SpecCounters, get_engine
+from perfgate.diagnose import Diagnosis, diagnose
+from perfgate.engines import Engine, Facts, get_engine
 from perfgate.errors import BackendError, WorkloadError
 from perfgate.launch import AttachedBackend, Backend, describe_local_hardware, launch
 from perfgate.load import Decision, LevelRun, RequestPlan, pooled_client, run_sweep
-from perfgate.metrics import LevelData, Measurement, SpecStats
+from perfgate.metrics import LevelData, Measurement
+from perfgate.observe import SpecWindow, read_facts, rejected_extras, short_outputs
 from perfgate.profile import Profile, load_profile
 from perfgate.report import RunRecord, render_table
 from perfgate.stats import median
@@ -80,39 +81,6 @@ class GateOptions:
     repeats: int | None = None
     abort_below: float | None = None
     tolerance: float | None = None  # used when writing baselines
-
-
-class SpecWindow:
-    """Speculative-decoding counter deltas over exactly the measured part of a level."""
-
-    def __init__(self, engine: Engine, base_url: str) -> None:
-        self.engine = engine
-        self.base_url = base_url
-        self.before: SpecCounters | None = None
-
-    def _read(self) -> SpecCounters | None:
-        if self.engine.metrics_path is None:
-            return None
-        with httpx.Client(base_url=self.base_url, timeout=10.0) as client:
-            return self.engine.spec_counters(client)
-
-    def open(self) -> None:
-        """Read the counters as measured requests start."""
-        self.before = self._read()
-
-    def close(self) -> SpecStats | None:
-        """Counts since ``open`` (None where the server exposes no spec counters)."""
-        after = self._read()
-        if after is None or self.before is None:
-            return None
-        delta = after.minus(self.before)
-        self.before = None
-        return SpecStats(
-            drafts=delta.drafts,
-            draft_tokens=delta.draft_tokens,
-            accepted=delta.accepted,
-            accepted_per_position=list(delta.accepted_per_position),
-        )
 
 
 class PerfgateSession:
@@ -233,36 +201,17 @@ class PerfgateSession:
             self.progress(f"perfgate: warning: {message}")
 
     def _probe_features(self, backend: Backend) -> None:
-        """For a server of unknown kind: does it accept the fields that force output
-        length? Without them, say so and measure what it generates."""
-        extras = self.completion_extras
-        if not extras:
-            return
-        body = {"model": self.profile.model.name, "prompt": "Hello", "max_tokens": 1, **extras}
-        try:
-            with httpx.Client(base_url=backend.base_url, timeout=30.0) as client:
-                response = client.post("/v1/completions", json=body)
-        except httpx.HTTPError:
-            return  # measuring will report the failure with its evidence
-        if 400 <= response.status_code < 500:
+        """For a server of unknown kind: without the fields that force output length,
+        say so and measure what it generates."""
+        why = rejected_extras(backend.base_url, self.profile.model.name, self.completion_extras)
+        if why:
             self.completion_extras = {}
-            self.degraded(
-                f"the server rejects {', '.join(sorted(extras))} (HTTP {response.status_code}: "
-                f"{response.text[:160]}); output lengths are not forced, so requests may "
-                "end early and tok/s counts the tokens actually generated"
-            )
+            self.degraded(why)
 
     def _check_output_lengths(self, data: LevelData) -> None:
-        m = data.metrics
-        expected = self.profile.workload.output_len
-        if m.ok and m.output_tokens < m.ok * expected:
-            forced = "ignore_eos" in self.completion_extras
-            self.degraded(
-                f"C={m.concurrency}: {m.output_tokens} output tokens over {m.ok} requests, "
-                f"fewer than {expected} each"
-                + (" although ignore_eos was sent (the server ignores it)" if forced else "")
-                + "; figures compare badly with runs of full-length outputs"
-            )
+        forced = "ignore_eos" in self.completion_extras
+        if why := short_outputs(data.metrics, self.profile.workload.output_len, forced):
+            self.degraded(why)
 
     def _launch(self) -> Backend:
         model = self.profile.model.name
@@ -302,34 +251,27 @@ class PerfgateSession:
         )
 
     # -- diagnosis ---------------------------------------------------------------------
-    def collect_facts(self) -> Facts:
-        """The server's configuration facts now (command line, endpoints, log, measured
-        acceptance; later sources win), kept in the run JSON."""
-        # endpoint facts survive the server's stop (the run's end reads facts again)
-        facts: Facts = {k: f for k, f in self.run.facts.items() if f.source == "endpoint"}
-        if self.run.engine_version != "unknown":
-            facts["engine_version"] = Fact(
-                value=self.run.engine_version, source="endpoint", evidence="version endpoint"
-            )
+    def collect_facts(self, log: str | None = None) -> Facts:
+        """The server's configuration facts now (see :func:`read_facts`), kept in the run
+        JSON; ``log``: the server's log where the caller has already read it."""
         backend = self.backend
-        if backend is not None:
-            facts.update(self.engine.command_facts(backend.argv))
-            if backend.alive():
-                try:
-                    with httpx.Client(base_url=backend.base_url, timeout=10.0) as client:
-                        facts.update(self.engine.endpoint_facts(client))
-                except httpx.HTTPError:
-                    pass
-            facts.update(self.engine.log_facts(backend.logs()))
-        facts.update(spec_facts(self.run.measurements.values()))
-        self.run.facts = facts
-        return facts
+        if log is None:
+            log = backend.logs() if backend is not None else ""
+        self.run.facts = read_facts(
+            self.engine,
+            backend,
+            engine_version=self.run.engine_version,
+            log=log,
+            previous=self.run.facts,
+            measurements=self.run.measurements.values(),
+        )
+        return self.run.facts
 
     def diagnosis(self, checks: Sequence[Check] = ()) -> Diagnosis:
         """Why figures may have regressed: ranked causes, facts that differ from the
         baseline's, and the matching server log lines."""
-        facts = self.collect_facts()
         log = self.backend.logs() if self.backend is not None else ""
+        facts = self.collect_facts(log)
         old = self.baseline.facts if self.baseline is not None else None
         return diagnose(facts, old, checks, log, self.engine.log_grep)
 

@@ -29,7 +29,7 @@ from perfgate.launch.base import (
     tail,
     wait_until_ready,
 )
-from perfgate.launch.process import free_port, port_in_use
+from perfgate.launch.process import ensure_port_free, free_port
 from perfgate.profile import DockerSpec, Profile, redact_argv, redact_text
 
 OWNER_LABEL = "perfgate.owner"
@@ -108,11 +108,7 @@ class DockerBackend:
             raise BackendError(f"docker daemon at {self.url}: {exc}") from exc
         host = profile.server.host
         port = profile.server.port or free_port(host)
-        if port_in_use(host, port):
-            raise BackendError(
-                f"port {port} on {host} is already in use; set server.port = 0 in the "
-                "profile to pick a free port, or stop what listens there"
-            )
+        ensure_port_free(host, port)
         self.log_path = log_path = log_dir / f"{profile.name}-docker-{port}.log"
         model = engine.prepare_model(profile)
         self.argv = engine.launch_command(profile, host, port, model)

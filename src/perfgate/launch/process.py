@@ -40,6 +40,15 @@ def port_in_use(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+def ensure_port_free(host: str, port: int) -> None:
+    """Refuse, before starting anything, a port something already listens on."""
+    if port_in_use(host, port):
+        raise BackendError(
+            f"port {port} on {host} is already in use; set server.port = 0 in the "
+            "profile to pick a free port, or stop what listens there"
+        )
+
+
 class ProcessBackend:
     """A server started by perfgate as a subprocess; its own process group, log in a file."""
 
@@ -65,11 +74,7 @@ class ProcessBackend:
         self.log_path = log_path
         self.stop_grace_s = stop_grace_s
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        if port_in_use(host, port):
-            raise BackendError(
-                f"port {port} on {host} is already in use; set server.port = 0 in the "
-                "profile to pick a free port, or stop what listens there"
-            )
+        ensure_port_free(host, port)
         full_env = {**os.environ, **(env or {}), OWNER_ENV: owner}
         with open(log_path, "wb") as log:
             log.write(f"$ {' '.join(redact_argv(argv))}\n".encode())
