@@ -166,3 +166,17 @@ def interrupt_pytest(*args: str, when: str, timeout: float = 120) -> tuple[int, 
             proc.kill()
             proc.wait()
     return proc.returncode, "".join(lines) + out
+
+
+def interrupt_perf_run(profile: Path, output: Path) -> tuple[int, str]:
+    """`pytest suites/perf -m perf` on ``profile`` made long (50 rounds), Ctrl-C pressed
+    once its sweep has started."""
+    profile.write_text(profile.read_text().replace("rounds = 1", "rounds = 50"))
+    return interrupt_pytest(
+        "suites/perf",
+        "-m",
+        "perf",
+        f"--profile={profile}",
+        f"--perf-output={output}",
+        when="sweep C=1 run 1: 50 requests",
+    )

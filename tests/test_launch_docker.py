@@ -15,7 +15,7 @@ from perfgate.engines import get_engine
 from perfgate.errors import BackendError, BackendStartError
 from perfgate.launch.docker import OWNER_LABEL, launch_docker
 from perfgate.profile import load_profile_file
-from tests.helpers import interrupt_pytest, launcher_profile, run_pytest
+from tests.helpers import interrupt_perf_run, launcher_profile, run_pytest
 from tests.services import LLAMA_IMAGE, PodmanService, build_llama_image
 
 pytestmark = pytest.mark.engine
@@ -130,15 +130,6 @@ def test_port_in_use_is_refused_before_a_container_starts(podman, tmp_path):
 
 
 def test_ctrl_c_stops_and_removes_the_container(podman, tmp_path):
-    path = docker_profile(tmp_path, podman.url)
-    path.write_text(path.read_text().replace("rounds = 1", "rounds = 50"))
-    code, out = interrupt_pytest(
-        "suites/perf",
-        "-m",
-        "perf",
-        f"--profile={path}",
-        f"--perf-output={tmp_path / 'out'}",
-        when="sweep C=1 run 1: 50 requests",
-    )
+    code, out = interrupt_perf_run(docker_profile(tmp_path, podman.url), tmp_path / "out")
     assert code == 2, out
     assert ours(podman) == []

@@ -14,7 +14,7 @@ from perfgate.errors import BackendError, BackendStartError
 from perfgate.launch.process import free_port
 from perfgate.launch.ssh import launch_ssh
 from perfgate.profile import load_profile_file
-from tests.helpers import interrupt_pytest, launcher_profile, owned_server_pids, run_pytest
+from tests.helpers import interrupt_perf_run, launcher_profile, owned_server_pids, run_pytest
 from tests.services import Sshd
 
 pytestmark = pytest.mark.engine
@@ -86,15 +86,6 @@ def test_readiness_timeout_stops_the_remote_server(sshd, tmp_path):
 
 
 def test_ctrl_c_stops_the_remote_server(sshd, tmp_path):
-    path = ssh_profile(tmp_path, sshd)
-    path.write_text(path.read_text().replace("rounds = 1", "rounds = 50"))
-    code, out = interrupt_pytest(
-        "suites/perf",
-        "-m",
-        "perf",
-        f"--profile={path}",
-        f"--perf-output={tmp_path / 'out'}",
-        when="sweep C=1 run 1: 50 requests",
-    )
+    code, out = interrupt_perf_run(ssh_profile(tmp_path, sshd), tmp_path / "out")
     assert code == 2, out
     assert owned_server_pids() == set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -16,6 +17,22 @@ from perfgate.session import PerfgateSession
 from tests.helpers import ROOT, TINY, interrupt_pytest, owned_server_pids, profile_toml, run_pytest
 
 pytestmark = pytest.mark.engine
+
+
+@contextlib.contextmanager
+def default_server(tmp_path):
+    """The default profile's real server, started here for tests that attach to it."""
+    owner = PerfgateSession(
+        load_profile(DEFAULT_PROFILE, ROOT / "profiles"),
+        root=ROOT,
+        baselines_dir=tmp_path,
+        output_dir=tmp_path / "own",
+        progress=lambda _: None,
+    )
+    try:
+        yield owner.start_backend()
+    finally:
+        owner.stop_backend()
 
 
 def runs_in(directory):
@@ -99,15 +116,7 @@ def test_ctrl_c_stops_the_server_and_keeps_the_run_json(tmp_path):
 
 def test_attach_with_base_url_measures_and_leaves_the_server_running(tmp_path):
     tiny = profile_toml(TINY, tmp_path, name="tiny")
-    owner = PerfgateSession(
-        load_profile(DEFAULT_PROFILE, ROOT / "profiles"),
-        root=ROOT,
-        baselines_dir=tmp_path,
-        output_dir=tmp_path / "own",
-        progress=lambda _: None,
-    )
-    try:
-        backend = owner.start_backend()
+    with default_server(tmp_path) as backend:
         result = run_pytest(
             "-m",
             "perf",
@@ -123,8 +132,6 @@ def test_attach_with_base_url_measures_and_leaves_the_server_running(tmp_path):
         assert run["launcher"] == "attach" and run["base_url"] == backend.base_url
         assert [lv["concurrency"] for lv in run["measurements"]["sweep"]["levels"]] == [1, 2]
         assert "no baseline at" in out
-    finally:
-        owner.stop_backend()
 
 
 GENERIC_PROFILE = """
@@ -151,15 +158,7 @@ def test_generic_endpoint_degrades_with_a_clear_message(tmp_path):
     from usage.prompt_tokens, and perfgate says so in the output and the run JSON."""
     profile = tmp_path / "generic.toml"
     profile.write_text(GENERIC_PROFILE)
-    owner = PerfgateSession(
-        load_profile(DEFAULT_PROFILE, ROOT / "profiles"),
-        root=ROOT,
-        baselines_dir=tmp_path,
-        output_dir=tmp_path / "own",
-        progress=lambda _: None,
-    )
-    try:
-        backend = owner.start_backend()
+    with default_server(tmp_path) as backend:
         result = run_pytest(
             "suites/perf",
             "-m",
@@ -168,8 +167,6 @@ def test_generic_endpoint_degrades_with_a_clear_message(tmp_path):
             f"--base-url={backend.base_url}",
             f"--perf-output={tmp_path / 'out'}",
         )
-    finally:
-        owner.stop_backend()
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
     assert "perfgate: warning: no tokenize endpoint: prompts of" in out
