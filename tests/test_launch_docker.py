@@ -7,15 +7,18 @@ the launcher's in-container GPU check exists for."""
 from __future__ import annotations
 
 import json
+import os
 import time
+from pathlib import Path
 
 import pytest
 
 from perfgate.engines import get_engine
 from perfgate.errors import BackendError, BackendStartError
 from perfgate.launch.docker import OWNER_LABEL, launch_docker
+from perfgate.launch.hardware import describe_local_hardware
 from perfgate.profile import load_profile_file
-from tests.helpers import interrupt_perf_run, launcher_profile, run_pytest
+from tests.helpers import fake_nvidia_smi, interrupt_perf_run, launcher_profile, run_pytest
 from tests.services import LLAMA_IMAGE, PodmanService, build_llama_image
 
 pytestmark = pytest.mark.engine
@@ -132,4 +135,52 @@ def test_port_in_use_is_refused_before_a_container_starts(podman, tmp_path):
 def test_ctrl_c_stops_and_removes_the_container(podman, tmp_path):
     code, out = interrupt_perf_run(docker_profile(tmp_path, podman.url), tmp_path / "out")
     assert code == 2, out
+    assert ours(podman) == []
+
+
+def with_server_env(path, env):
+    path.write_text(path.read_text().replace("[server]\n", f"[server]\nenv = {env}\n"))
+    return path
+
+
+def test_hardware_is_probed_inside_the_container(podman, tmp_path):
+    """A fake nvidia-smi mounted at a path this machine lacks, answering only inside a
+    container, on the profile's server PATH, with a UUID prefix of the second fake GPU in
+    CUDA_VISIBLE_DEVICES: the key is that GPU's, which this machine does not have."""
+    inside = "/perfgate-fake-gpu/bin"
+    assert not Path(inside).exists()
+    bindir = tmp_path / "fake-gpu-bin"
+    fake_nvidia_smi(bindir, guard="[ -f /run/.containerenv ] || [ -f /.dockerenv ]")
+    extra = f'volumes = {{ "{bindir}" = "{inside}" }}\n'
+    path = docker_profile(tmp_path, podman.url, extra=extra)
+    env = f'{{ PATH = "{inside}:/bin", CUDA_VISIBLE_DEVICES = "GPU-bb22" }}'
+    profile = load_profile_file(with_server_env(path, env))
+    backend = launch_docker(profile, get_engine("llamacpp"), tmp_path)
+    try:
+        hw = backend.hardware()
+    finally:
+        backend.stop()
+    assert hw["source"] == f"container:{backend.container.short_id}", hw
+    assert hw["key"] == "1x-nvidia-a100-sxm4-80gb", hw
+    assert hw["gpus_on_host"] == 2 and hw["cuda_visible_devices"] == "GPU-bb22"
+    assert hw["daemon"] == podman.url
+    local = describe_local_hardware({**os.environ, **profile.server.env})
+    assert "NVIDIA A100-SXM4-80GB" not in local["gpu_names"]
+    assert ours(podman) == []
+
+
+def test_hardware_in_a_container_without_nvidia_smi_is_its_cpus(podman, tmp_path):
+    """The test image is busybox and llama-server only: no nvidia-smi there is no GPU."""
+    profile = load_profile_file(docker_profile(tmp_path, podman.url))
+    backend = launch_docker(profile, get_engine("llamacpp"), tmp_path)
+    try:
+        hw = backend.hardware()
+    finally:
+        backend.stop()
+    assert hw["source"] == f"container:{backend.container.short_id}", hw
+    assert hw["gpu_probe"] == "absent" and hw["gpus"] == 0
+    assert hw["cpus"] == len(os.sched_getaffinity(0))  # the container's CPUs are ours
+    local = describe_local_hardware()  # the same machine
+    assert hw["key"].startswith("cpu-") and hw["key"].endswith(f"-{local['isa']}")
+    assert hw["cpu"] == local["cpu"] and hw["machine"] == local["machine"]
     assert ours(podman) == []

@@ -5,16 +5,24 @@ this machine, so the llama-server binary and the model have the same paths there
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
 
 from perfgate.engines import get_engine
 from perfgate.errors import BackendError, BackendStartError
+from perfgate.launch.hardware import describe_local_hardware
 from perfgate.launch.process import free_port
 from perfgate.launch.ssh import launch_ssh
 from perfgate.profile import load_profile_file
-from tests.helpers import interrupt_perf_run, launcher_profile, owned_server_pids, run_pytest
+from tests.helpers import (
+    fake_nvidia_smi,
+    interrupt_perf_run,
+    launcher_profile,
+    owned_server_pids,
+    run_pytest,
+)
 from tests.services import Sshd
 
 pytestmark = pytest.mark.engine
@@ -88,4 +96,29 @@ def test_readiness_timeout_stops_the_remote_server(sshd, tmp_path):
 def test_ctrl_c_stops_the_remote_server(sshd, tmp_path):
     code, out = interrupt_perf_run(ssh_profile(tmp_path, sshd), tmp_path / "out")
     assert code == 2, out
+    assert owned_server_pids() == set()
+
+
+def test_hardware_is_probed_on_the_remote_host(sshd, tmp_path):
+    """A fake nvidia-smi that answers only inside an ssh session to this sshd, on the
+    profile's server PATH, with CUDA_VISIBLE_DEVICES=1 in the profile's server env: the key
+    is the second fake GPU's, which this machine probed locally does not have."""
+    bindir = tmp_path / "remote-bin"
+    fake_nvidia_smi(bindir, guard=f'[ "${{SSH_CONNECTION##* }}" = {sshd.port} ]')
+    path = ssh_profile(tmp_path, sshd)
+    server_path = f"{bindir}:{os.environ['PATH']}"
+    env = f'env = {{ PATH = "{server_path}", CUDA_VISIBLE_DEVICES = "1" }}'
+    path.write_text(path.read_text().replace("[server]\n", f"[server]\n{env}\n"))
+    profile = load_profile_file(path)
+    backend = launch_ssh(profile, get_engine("llamacpp"), tmp_path)
+    try:
+        hw = backend.hardware()
+    finally:
+        backend.stop()
+    assert hw["source"] == f"ssh:{sshd.user}@127.0.0.1", hw
+    assert hw["key"] == "1x-nvidia-a100-sxm4-80gb", hw
+    assert hw["gpus_on_host"] == 2 and hw["cuda_visible_devices"] == "1"
+    assert hw["cpus"] == len(os.sched_getaffinity(0))  # the "remote" host is this one
+    local = describe_local_hardware({**os.environ, **profile.server.env})
+    assert local["gpus"] == 0 and str(local["gpu_probe"]).startswith("failed (exit 9)")
     assert owned_server_pids() == set()

@@ -5,6 +5,7 @@ from perfgate.client import RequestRecord
 from perfgate.load import LevelRun
 from perfgate.metrics import LevelData, Measurement
 from perfgate.report import HEADER, RunRecord, load_run, render_table
+from perfgate.stats import Rule
 
 
 def level(c):
@@ -29,18 +30,21 @@ def test_header_is_the_seeds_format():
     )
 
 
-def test_table_rows_and_baseline_columns():
-    levels = [level(1).metrics, level(2).metrics]
-    plain = render_table("sweep", levels, None).splitlines()
-    assert plain[0] == HEADER
-    assert (
-        plain[2]
-        == "   1 |       1.50 |           1.50 |    0.500 |        3 |     2.00 |    1 |    0"
+def test_table_shows_the_median_of_runs_and_baseline_columns():
+    runs = Measurement(levels=[level(1), level(2), level(2)])
+    runs.levels[2] = runs.levels[2].model_copy(update={"repeat": 1})
+    plain = render_table("sweep", runs, None).splitlines()
+    assert plain[0].startswith(HEADER) and plain[0].endswith("| Runs")
+    assert plain[2].startswith(
+        "   1 |       1.50 |           1.50 |    0.500 |        3 |     2.00 |    1 |    0 |    1"
     )
-    base = build_baseline("p", "cpu", {"sweep.c2.agg_tok_s": [2.0]}, None, {})
-    with_base = render_table("sweep", levels, base, not_run=[4]).splitlines()
-    assert "Base agg" in with_base[0] and "Δ agg%" in with_base[0]
-    assert with_base[3].endswith("|      2.00 |   +50.0 |            - |          -")
+    assert plain[3].startswith("   2 |       3.00 |")  # median of two runs of 3.00
+    assert plain[3].endswith("|    4 |    0 |    2")
+    base = build_baseline("p", "cpu", {"sweep.c2.agg_tok_s": [2.0, 2.1, 1.9]}, None, {}, Rule())
+    runs.not_run = [4]
+    with_base = render_table("sweep", runs, base.baseline).splitlines()
+    assert "Base Agg tok/s" in with_base[0] and "Δ%" in with_base[0]
+    assert "|            2.00 |  +50.0 |" in with_base[3]
     assert with_base[4].startswith("   4 |    not run")
 
 

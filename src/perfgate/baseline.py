@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,43 +20,68 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from perfgate.engines import Fact
 from perfgate.errors import BaselineError
-from perfgate.metrics import LevelData, Measurement, request_tok_s
-from perfgate.stats import Direction, Verdict, decide, estimate, limits
-
-SCHEMA_VERSION = 1
-CheckVerdict = Verdict | Literal["no-baseline"]
-
-# figure name -> (direction, unit, default relative tolerance)
-GATED_FIGURES: dict[str, tuple[Direction, str, float]] = {
-    "agg_tok_s": ("higher", "tok/s", 0.35),
-    "per_request_tok_s": ("higher", "tok/s", 0.35),
-    "ttft_s": ("lower", "s", 0.75),
-    "accept_rate": ("higher", "", 0.2),
-}
-KEY_PATTERN = re.compile(
-    r"^(?P<measurement>[a-z][a-z0-9_]*)\.c(?P<c>[1-9][0-9]*)\.(?P<figure>\w+)$"
+from perfgate.figures import BY_NAME, parse_key
+from perfgate.stats import (
+    Direction,
+    Noise,
+    Rule,
+    Verdict,
+    comparison,
+    decide,
+    derived_tolerance,
+    estimate,
+    limits,
 )
+
+SCHEMA_VERSION = 2
+ANY_HARDWARE = "any"  # baselines/<profile>/any.json: targets that hold on any machine
+TolSource = Literal["derived", "manual"]
 
 
 class Expectation(BaseModel):
-    """One gated figure: the value to hold and how far it may drift."""
+    """One gated figure: the value to hold, how far it may drift, and the noise behind it."""
 
     model_config = ConfigDict(extra="forbid")
-    value: float = Field(gt=0, description="The baseline figure (median when recorded).")
+    value: float = Field(gt=0, description="The baseline figure (median of the recorded runs).")
     tolerance: float = Field(ge=0, lt=10, description="Allowed relative drift (0.1 = 10%).")
     direction: Direction = Field(description="Whether higher or lower is better.")
     unit: str = Field("", description="Unit, for messages.")
     floor: float | None = Field(None, ge=0, description="Absolute minimum (higher is better).")
     ceiling: float | None = Field(None, gt=0, description="Absolute maximum (lower is better).")
+    runs: int | None = Field(
+        None, ge=1, description="Runs the value is the median of; absent for a hand-set target."
+    )
+    spread: float | None = Field(
+        None, ge=0, description="This figure's run-to-run spread when recorded (sd of ln)."
+    )
+    noise_sigma: float | None = Field(
+        None,
+        ge=0,
+        description="Run-to-run noise the gate judges with: the spread of this kind of "
+        "figure pooled over the baseline's levels (sd of ln, about the CV).",
+    )
+    noise_df: float | None = Field(None, ge=0, description="Degrees of freedom of noise_sigma.")
+    tolerance_source: TolSource = Field(
+        "manual",
+        description="derived: from measured noise when recorded; manual: set by hand (kept "
+        "when re-recording).",
+    )
+
+    @property
+    def noise(self) -> Noise | None:
+        """The recorded noise, where there is one."""
+        if self.noise_sigma is None or not self.noise_df:
+            return None
+        return Noise(self.noise_sigma, self.noise_df)
 
 
 class Baseline(BaseModel):
-    """A profile's baseline on one hardware key."""
+    """A profile's baseline on one hardware key (or ``any``: hardware-independent targets)."""
 
     model_config = ConfigDict(extra="forbid")
-    schema_version: Literal[1] = Field(description="Version of this file's schema.")
+    schema_version: Literal[1, 2] = Field(description="Version of this file's schema.")
     profile: str = Field(description="Profile the figures belong to.")
-    hardware: str = Field(description="Hardware key the figures were recorded on.")
+    hardware: str = Field(description="Hardware key the figures were recorded on, or 'any'.")
     provenance: dict[str, object] = Field(
         default_factory=dict, description="Where the figures came from."
     )
@@ -71,25 +95,24 @@ class Baseline(BaseModel):
     @field_validator("metrics")
     @classmethod
     def _known_metrics(cls, metrics: dict[str, Expectation]) -> dict[str, Expectation]:
+        if not metrics:
+            raise ValueError("a baseline needs at least one figure")
         for key in metrics:
-            match = KEY_PATTERN.match(key)
-            if not match or match["figure"] not in GATED_FIGURES:
-                raise ValueError(
-                    f"unknown metric {key!r}: keys are <measurement>.c<C>.<figure> with figure "
-                    f"one of {', '.join(GATED_FIGURES)}"
-                )
+            parse_key(key)
         return metrics
 
 
 class Check(BaseModel):
-    """The outcome of comparing one measured figure with its baseline."""
+    """The outcome of judging one baseline figure."""
 
     key: str
-    verdict: CheckVerdict
-    measured: float = Field(description="Median of the samples.")
-    low: float = Field(description="Lower end of the 95% bootstrap interval.")
-    high: float = Field(description="Upper end of the 95% bootstrap interval.")
-    samples: int = 1
+    verdict: Verdict
+    why: str = Field("", description="Why this verdict (or why the figure is missing).")
+    measured: float | None = Field(None, description="Median of the runs' values.")
+    low: float | None = Field(None, description="Lower end of the interval (None: no interval).")
+    high: float | None = Field(None, description="Upper end of the interval.")
+    interval: str = Field("", description="What the interval is, e.g. '95% CI …, n=3'.")
+    samples: int = Field(0, description="Runs judged.")
     baseline: float | None = None
     tolerance: float | None = None
     limit: float | None = Field(None, description="Worst acceptable figure.")
@@ -99,43 +122,67 @@ class Check(BaseModel):
 
     @property
     def failed(self) -> bool:
-        """Whether this check fails the build (regressed, or still inconclusive)."""
-        return self.verdict in ("regressed", "inconclusive")
+        """Whether this check fails the build (regressed, or missing)."""
+        return self.verdict in ("regressed", "missing")
 
     def message(self) -> str:
-        """One line naming metric, measured (with interval), baseline, tolerance and Δ%."""
+        """One line naming figure, measured (with interval), baseline, limit and Δ%."""
         unit = f" {self.unit}" if self.unit else ""
-        spread = (
-            f" [95% CI {self.low:.4g}..{self.high:.4g}, n={self.samples}]"
-            if self.samples > 1
-            else " (n=1)"
-        )
-        measured = f"measured {self.measured:.4g}{unit}{spread}"
+        if self.verdict == "missing":
+            base = f" (baseline {self.baseline:.4g}{unit})" if self.baseline is not None else ""
+            return f"{self.key}: MISSING{base}: {self.why}"
+        measured = f"measured {self.measured:.4g}{unit} [{self.interval}]"
         if self.baseline is None or self.delta_pct is None or self.limit is None:
             return f"{self.key}: {measured} (no baseline figure)"
         better = "higher" if self.direction == "higher" else "lower"
         bound = "min" if self.direction == "higher" else "max"
         return (
             f"{self.key}: {measured}, baseline {self.baseline:.4g}{unit} "
-            f"(tolerance {self.tolerance:.0%}, {better} is better, {bound} {self.limit:.4g}), "
-            f"Δ {self.delta_pct:+.1f}% → {self.verdict.upper()}"
+            f"(tolerance {self.tolerance:.1%}, {better} is better, {bound} {self.limit:.4g}), "
+            f"Δ {self.delta_pct:+.1f}% → {self.verdict.upper()} ({self.why})"
         )
 
 
-def compare(key: str, samples: list[float], expectation: Expectation | None) -> Check:
-    """Judge one figure's samples against its expectation."""
-    est = estimate(samples)
-    base = {"key": key, "measured": est.median, "low": est.low, "high": est.high, "samples": est.n}
+def missing(key: str, why: str, expectation: Expectation | None) -> Check:
+    """A baseline figure this run did not produce."""
+    return Check(
+        key=key,
+        verdict="missing",
+        why=why,
+        baseline=expectation.value if expectation else None,
+        direction=expectation.direction if expectation else "higher",
+        unit=expectation.unit if expectation else "",
+    )
+
+
+def compare(
+    key: str, values: list[float], expectation: Expectation | None, rule: Rule
+) -> tuple[Check, bool]:
+    """Judge one figure's per-run values; also says whether more runs are wanted."""
+    figure = parse_key(key).figure
+    noise = expectation.noise if expectation else None
+    est = estimate(values, noise)
+    base = {
+        "key": key,
+        "measured": est.median,
+        "low": est.low,
+        "high": est.high,
+        "interval": est.interval,
+        "samples": est.n,
+    }
     if expectation is None:
-        direction, unit, _ = GATED_FIGURES.get(key.rsplit(".", 1)[-1], ("higher", "", 0.0))
-        return Check(**base, verdict="no-baseline", direction=direction, unit=unit)
+        check = Check(**base, verdict="no-baseline", direction=figure.direction, unit=figure.unit)
+        return check, False
     exp = expectation
     worst, better = limits(
         exp.value, exp.tolerance, exp.direction, floor=exp.floor, ceiling=exp.ceiling
     )
-    return Check(
+    cmp = comparison(est, exp.value, worst, better, exp.direction, exp.runs)
+    decision = decide(cmp, est.n, rule)
+    check = Check(
         **base,
-        verdict=decide(est, worst, better, exp.direction),
+        verdict=decision.verdict,
+        why=decision.why,
         baseline=exp.value,
         tolerance=exp.tolerance,
         limit=worst,
@@ -143,41 +190,7 @@ def compare(key: str, samples: list[float], expectation: Expectation | None) -> 
         unit=exp.unit,
         delta_pct=(est.median - exp.value) / exp.value * 100.0,
     )
-
-
-def figure_key(measurement: str, concurrency: int, figure: str) -> str:
-    """The key of one gated figure, e.g. ``sweep.c4.agg_tok_s``."""
-    return f"{measurement}.c{concurrency}.{figure}"
-
-
-def level_samples(measurement: str, runs: list[LevelData]) -> dict[str, list[float]]:
-    """Samples of each gated figure of one level: aggregate tok/s once per repeat,
-    per-request tok/s and TTFT once per successful request."""
-    c = runs[0].concurrency
-    records = [r for run in runs for r in run.records if r.ok]
-    samples = {
-        "agg_tok_s": [run.metrics.agg_tok_s for run in runs if run.metrics.ok],
-        "per_request_tok_s": [v for r in records if (v := request_tok_s(r))],
-        "ttft_s": [v for r in records if (v := r.ttft) is not None],
-        "accept_rate": [
-            rate for run in runs if run.spec and (rate := run.spec.accept_rate) is not None
-        ],
-    }
-    return {figure_key(measurement, c, name): v for name, v in samples.items() if v}
-
-
-def measurement_samples(name: str, measurement: Measurement) -> dict[str, list[float]]:
-    """Samples of every gated figure of a measurement."""
-    out: dict[str, list[float]] = {}
-    for runs in measurement.by_concurrency().values():
-        out.update(level_samples(name, runs))
-    return out
-
-
-def compare_samples(samples: dict[str, list[float]], baseline: Baseline | None) -> list[Check]:
-    """Every figure judged."""
-    expected = baseline.metrics if baseline else {}
-    return [compare(key, values, expected.get(key)) for key, values in samples.items()]
+    return check, decision.step == "more"
 
 
 def _field_errors(exc: ValidationError) -> str:
@@ -227,39 +240,100 @@ def load_profile_baselines(baselines_dir: Path, profile: str) -> dict[str, Basel
     return found
 
 
+def kind_noise(values: dict[str, list[float]]) -> dict[str, Noise]:
+    """Run-to-run noise of each kind of figure, pooled over its levels and measurements."""
+    parts: dict[str, list[Noise]] = {}
+    for key, runs in values.items():
+        if (noise := Noise.of(runs)) is not None:
+            parts.setdefault(parse_key(key).figure.name, []).append(noise)
+    return {name: pooled for name, p in parts.items() if (pooled := Noise.pooled(p))}
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A baseline built from a run, with what changed against the previous one."""
+
+    baseline: Baseline
+    kept: list[str]  # previous figures this run did not measure, kept unchanged
+
+
 def build_baseline(
     profile: str,
     hardware: str,
-    samples: dict[str, list[float]],
+    values: dict[str, list[float]],
     previous: Baseline | None,
     provenance: dict[str, object],
+    rule: Rule,
     tolerance: float | None = None,
     facts: dict[str, Fact] | None = None,
-) -> Baseline:
-    """A new baseline from measured samples (medians). Tolerances: ``tolerance`` if
-    given, else the previous baseline's, else the figure's default."""
+    min_tolerance: float = 0.0,
+) -> Recorded:
+    """A new baseline from per-run values (medians), merged into the previous one.
+
+    Tolerances: ``tolerance`` if given; else a previous hand-set one; else derived from
+    the measured noise (:func:`perfgate.stats.derived_tolerance`) for a profile of this
+    many figures. Previous figures this run did not measure are kept, and listed.
+    """
+    noise = kind_noise(values)
+    kept = sorted(previous.metrics.keys() - values.keys()) if previous else []
+    family = Rule(
+        min_runs=rule.min_runs,
+        max_runs=rule.max_runs,
+        figures=len(values.keys() | set(kept)),
+        false_failure_rate=rule.false_failure_rate,
+        near=rule.near,
+    )
     metrics: dict[str, Expectation] = {}
-    for key, values in samples.items():
-        direction, unit, default_tol = GATED_FIGURES[key.rsplit(".", 1)[-1]]
+    for key, runs in values.items():
+        figure = parse_key(key).figure
         old = previous.metrics.get(key) if previous else None
-        tol = tolerance if tolerance is not None else (old.tolerance if old else default_tol)
+        kind = noise.get(figure.name)
+        own = Noise.of(runs)
+        if tolerance is not None:
+            tol, source = tolerance, "manual"
+        elif old is not None and old.tolerance_source == "manual" and old.runs is not None:
+            tol, source = old.tolerance, "manual"
+        elif kind is not None:
+            tol = derived_tolerance(
+                kind, family, len(runs), max(figure.min_tolerance, min_tolerance), figure.direction
+            )
+            source = "derived"
+        else:
+            raise BaselineError(
+                f"{key}: one run gives no noise to derive a tolerance from; record with "
+                "at least 3 repeats"
+            )
         metrics[key] = Expectation(
-            value=round(estimate(values).median, 6),
+            value=round(estimate(runs).median, 6),
             tolerance=tol,
-            direction=direction,
-            unit=unit,
+            direction=figure.direction,
+            unit=figure.unit,
             floor=old.floor if old else None,
             ceiling=old.ceiling if old else None,
+            runs=len(runs),
+            spread=None if own is None else round(own.sigma, 6),
+            noise_sigma=None if kind is None else round(kind.sigma, 6),
+            noise_df=None if kind is None else kind.df,
+            tolerance_source=source,
         )
+    for key in kept:
+        assert previous is not None
+        metrics[key] = previous.metrics[key]
     prov = {"recorded_at": datetime.now(UTC).isoformat(timespec="seconds"), **provenance}
-    return Baseline(
+    new = Baseline(
         schema_version=SCHEMA_VERSION,
         profile=profile,
         hardware=hardware,
         provenance=prov,
-        metrics=metrics,
+        metrics=dict(sorted(metrics.items(), key=lambda kv: _key_order(kv[0]))),
         facts=facts or {},
     )
+    return Recorded(new, kept)
+
+
+def _key_order(key: str) -> tuple[str, int, int]:
+    parsed = parse_key(key)
+    return parsed.measurement, parsed.concurrency, list(BY_NAME).index(parsed.figure.name)
 
 
 def write_json_atomic(path: Path, payload: str) -> None:
@@ -281,23 +355,26 @@ def save_baseline(path: Path, baseline: Baseline) -> None:
     write_json_atomic(path, baseline.model_dump_json(indent=2, exclude_none=True) + "\n")
 
 
-def diff_lines(old: Baseline | None, new: Baseline) -> list[str]:
-    """Old → new, one line per figure."""
+def diff_lines(old: Baseline | None, recorded: Recorded) -> list[str]:
+    """Added, changed, kept and removed figures, one line each."""
+    new = recorded.baseline
     lines = []
     for key, exp in new.metrics.items():
         prev = old.metrics.get(key) if old else None
-        if prev is None:
-            lines.append(f"  {key}: (new) → {exp.value:.4g} {exp.unit}")
+        tol = f"±{exp.tolerance:.1%} {exp.tolerance_source}"
+        if key in recorded.kept:
+            lines.append(f"  kept    {key}: {exp.value:.4g} {exp.unit} (not measured in this run)")
+        elif prev is None:
+            lines.append(f"  added   {key}: {exp.value:.4g} {exp.unit} ({tol})")
         else:
             pct = (exp.value - prev.value) / prev.value * 100
-            tol = (
-                f", tolerance {prev.tolerance:.0%} → {exp.tolerance:.0%}"
-                if prev.tolerance != exp.tolerance
-                else ""
-            )
+            was = f", was ±{prev.tolerance:.1%}" if prev.tolerance != exp.tolerance else ""
             lines.append(
-                f"  {key}: {prev.value:.4g} → {exp.value:.4g} {exp.unit} ({pct:+.1f}%{tol})"
+                f"  changed {key}: {prev.value:.4g} → {exp.value:.4g} {exp.unit} "
+                f"({pct:+.1f}%; {tol}{was})"
             )
+    if old is not None:
+        lines += [f"  removed {k}" for k in old.metrics if k not in new.metrics]
     return lines
 
 

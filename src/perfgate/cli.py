@@ -7,15 +7,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from perfgate.baseline import (
-    Check,
-    build_baseline,
-    compare,
-    load_profile_baselines,
-    measurement_samples,
-)
+from perfgate.baseline import Check, build_baseline, load_profile_baselines
 from perfgate.diagnose import diagnose
 from perfgate.errors import PerfgateError
+from perfgate.figures import run_values
+from perfgate.gate import GatePolicy
 from perfgate.profile import available_profiles, load_profile
 from perfgate.report import RunRecord, load_run, render_table
 
@@ -42,21 +38,22 @@ def _baseline_show(args: argparse.Namespace) -> int:
             print(f"  {key}: {value}")
         for key, exp in baseline.metrics.items():
             print(
-                f"  {key:36} {exp.value:>10.4g} {exp.unit:6} ±{exp.tolerance:.0%} "
-                f"({exp.direction} is better)"
+                f"  {key:36} {exp.value:>10.4g} {exp.unit:6} ±{exp.tolerance:.1%} "
+                f"{exp.tolerance_source:8} ({exp.direction} is better"
+                + (
+                    f", noise {exp.noise_sigma:.1%} over {exp.runs} runs)"
+                    if exp.noise_sigma
+                    else ")"
+                )
             )
     return 0
 
 
-def _run_samples(run: RunRecord) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {}
-    for name, measurement in run.measurements.items():
-        samples.update(measurement_samples(name, measurement))
-    return samples
-
-
 def _compare(args: argparse.Namespace) -> int:
     old, new = load_run(Path(args.old)), load_run(Path(args.new))
+    # the run JSON's raw records are the source of truth: figures are recomputed from them
+    old_m = {name: m.recomputed() for name, m in old.measurements.items()}
+    new_m = {name: m.recomputed() for name, m in new.measurements.items()}
     print(
         f"OLD {args.old}: {old.engine} {old.engine_version}, profile "
         f"{old.profile.get('name')}, {old.created_at}"
@@ -67,34 +64,35 @@ def _compare(args: argparse.Namespace) -> int:
     )
     if old.profile.get("workload") != new.profile.get("workload"):
         print("warning: the two runs used different workloads; figures may not be comparable")
-    old_samples, new_samples = _run_samples(old), _run_samples(new)
-    header = f"{'figure':34} | {'old':>10} | {'new':>10} | {'new 95% CI':>19} | {'Δ%':>7} | verdict"
+    gate = old.profile.get("gate") or {}
+    repeats = int(gate.get("repeats", 3))
+    policy = GatePolicy(
+        min_runs=1,
+        max_runs=repeats + int(gate.get("max_extra_repeats", 7)),
+        false_failure_rate=float(gate.get("false_failure_rate", 0.01)),
+    )
+    # OLD becomes the baseline exactly as --update-baselines would record it
+    recorded = build_baseline(
+        "compare", "", run_values(old_m), None, {}, policy.rule(None), args.tolerance
+    )
+    planned = {name: sorted(m.by_concurrency()) for name, m in old_m.items()}
+    verdicts = policy.judge(new_m, recorded.baseline, planned)
+    header = f"{'figure':34} | {'old':>10} | {'new':>10} | {'tol':>6} | {'Δ%':>7} | verdict"
     print(header)
     print("-" * len(header))
-    # OLD's medians become the baseline, exactly as --update-baselines would record them
-    reference = build_baseline("compare", "", old_samples, None, {}, tolerance=args.tolerance)
-    failed = 0
-    checks = []
-    for key, expectation in reference.metrics.items():
-        if key not in new_samples:
-            print(f"{key:34} | {expectation.value:>10.4g} | {'not run':>10} |")
-            failed += 1
-            continue
-        check = compare(key, new_samples[key], expectation)
-        checks.append(check)
-        failed += check.failed
-        ci = f"{check.low:.4g}..{check.high:.4g}"
+    for check in verdicts.checks:
+        old_value = "-" if check.baseline is None else f"{check.baseline:.4g}"
+        new_value = "-" if check.measured is None else f"{check.measured:.4g}"
+        tol = "-" if check.tolerance is None else f"{check.tolerance:.1%}"
+        delta = "-" if check.delta_pct is None else f"{check.delta_pct:+.1f}"
         print(
-            f"{key:34} | {expectation.value:>10.4g} | {check.measured:>10.4g} | {ci:>19} | "
-            f"{check.delta_pct:>+7.1f} | {check.verdict.upper()}"
+            f"{check.key:34} | {old_value:>10} | {new_value:>10} | {tol:>6} | {delta:>7} | "
+            f"{check.verdict.upper()}" + (f" ({check.why})" if check.failed else "")
         )
-    for key in new_samples.keys() - old_samples.keys():
-        print(
-            f"{key:34} | {'not run':>10} | {compare(key, new_samples[key], None).measured:>10.4g} |"
-        )
-    _print_fact_diff(old, new, [c for c in checks if c.failed])
+    failed = verdicts.failed
+    _print_fact_diff(old, new, failed)
     if failed:
-        print(f"{failed} figures regressed, inconclusive or missing in NEW")
+        print(f"{len(failed)} figures regressed or missing in NEW")
         return 1
     print("no regression")
     return 0
@@ -130,11 +128,7 @@ def _report(args: argparse.Namespace) -> int:
     for name, measurement in run.measurements.items():
         records = sum(len(lv.records) for lv in measurement.levels)
         print(f"[{name}] (metrics recomputed from {records} raw records)")
-        print(
-            render_table(
-                name, [lv.recomputed() for lv in measurement.levels], None, measurement.not_run
-            )
-        )
+        print(render_table(name, measurement.recomputed(), None))
     return 0
 
 
@@ -160,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--tolerance",
         type=float,
         default=None,
-        help="relative tolerance for every figure (default: 35%% tok/s, 75%% TTFT)",
+        help="relative tolerance for every figure (default: derived from OLD's run-to-run "
+        "noise, as --update-baselines derives it; OLD needs at least 2 runs a level)",
     )
     c.set_defaults(func=_compare)
     r = sub.add_parser("report", help="print the tables of a run JSON, recomputed from its records")

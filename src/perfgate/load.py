@@ -34,6 +34,29 @@ class RequestPlan:
     extras: dict[str, Any] = field(default_factory=dict)
     reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning")
 
+    def output_problem(self, record: RequestRecord) -> str | None:
+        """Why a completed request's output does not count (None: it does).
+
+        A finish reason other than stop or length (e.g. ``abort``) fails; so does an
+        output shorter than asked when ``ignore_eos`` forced the length.
+        """
+        if not record.ok:
+            return None
+        if record.finish_reason not in ("stop", "length"):
+            return f"finish_reason {record.finish_reason!r} (expected stop or length)"
+        if self.extras.get("ignore_eos") and record.output_tokens < self.output_len:
+            return (
+                f"short output: {record.output_tokens} of {self.output_len} tokens although "
+                "ignore_eos was sent"
+            )
+        return None
+
+    def checked(self, record: RequestRecord) -> RequestRecord:
+        """The record, failed where its output does not count."""
+        if (problem := self.output_problem(record)) is not None:
+            record.error = problem
+        return record
+
 
 @dataclass
 class LevelRun:
@@ -98,14 +121,16 @@ async def _run_requests(
             body = request_body(
                 plan.api, plan.model, prompts[i].text, plan.output_len, **plan.extras
             )
-            record = await stream_request(
-                client,
-                body,
-                index=i,
-                api=plan.api,
-                timeout_s=min(plan.request_timeout_s, remaining),
-                reasoning_fields=plan.reasoning_fields,
-                clock=clock,
+            record = plan.checked(
+                await stream_request(
+                    client,
+                    body,
+                    index=i,
+                    api=plan.api,
+                    timeout_s=min(plan.request_timeout_s, remaining),
+                    reasoning_fields=plan.reasoning_fields,
+                    clock=clock,
+                )
             )
             records[i] = record
             if on_record is not None:

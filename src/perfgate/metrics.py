@@ -215,31 +215,7 @@ class Measurement(BaseModel):
             groups.setdefault(level.concurrency, []).append(level)
         return groups
 
-    def accept_rates(self) -> list[float | None]:
-        """Pooled speculative acceptance rate per concurrency (None without spec stats)."""
-        rates: list[float | None] = []
-        for runs in self.by_concurrency().values():
-            stats = [run.spec for run in runs if run.spec]
-            drafted = sum(s.draft_tokens for s in stats)
-            rates.append(sum(s.accepted for s in stats) / drafted if drafted else None)
-        return rates
-
-    def table_rows(self) -> list[LevelMetrics]:
-        """One row per concurrency: metrics over all its repeats pooled."""
-        return [pooled_metrics(runs) for runs in self.by_concurrency().values()]
-
-
-def pooled_metrics(runs: Sequence[LevelData]) -> LevelMetrics:
-    """Metrics of several repeats of one level: records pooled, wall times summed."""
-    if len(runs) == 1:
-        return runs[0].metrics
-    records = [r for run in runs for r in run.records]
-    merged = level_metrics(
-        LevelRun(
-            concurrency=runs[0].concurrency,
-            records=records,
-            start=0.0,
-            end=sum(run.metrics.wall_s for run in runs),
-        )
-    )
-    return merged
+    def recomputed(self) -> Measurement:
+        """The same measurement with every level's metrics recomputed from its records."""
+        levels = [lv.model_copy(update={"metrics": lv.recomputed()}) for lv in self.levels]
+        return self.model_copy(update={"levels": levels})

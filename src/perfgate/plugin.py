@@ -82,6 +82,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="F",
         help="with --update-baselines: every figure's relative tolerance (default: keep)",
     )
+    group.addoption(
+        "--perf-hardware",
+        dest="perfgate_hardware",
+        default=None,
+        metavar="KEY",
+        help="the serving host's hardware key, for a remote server attached with --base-url "
+        "(default: detected on the serving host; for a remote one, the profile's label)",
+    )
+    group.addoption(
+        "--perf-allow-no-baseline",
+        dest="perfgate_allow_no_baseline",
+        action="store_true",
+        default=None,
+        help="skip, instead of failing, the perf tests where no baseline applies "
+        "(exploratory runs; ini: perfgate_allow_no_baseline)",
+    )
+    parser.addini(
+        "perfgate_allow_no_baseline",
+        "skip instead of failing where no baseline applies",
+        type="bool",
+        default=False,
+    )
     parser.addini("perfgate_profile", "default profile", default=DEFAULT_PROFILE)
     parser.addini("perfgate_profiles_dir", "profiles directory", default="profiles")
     parser.addini("perfgate_baselines_dir", "baselines directory", default="baselines")
@@ -113,7 +135,16 @@ def _gate_options(config: pytest.Config) -> GateOptions:
         raise pytest.UsageError("perfgate: --perf-tolerance must be in [0, 10), e.g. 0.1")
     if tolerance is not None and not config.getoption("perfgate_update"):
         raise pytest.UsageError("perfgate: --perf-tolerance only applies with --update-baselines")
-    return GateOptions(repeats=repeats, abort_below=abort, tolerance=tolerance)
+    allow = config.getoption("perfgate_allow_no_baseline")
+    return GateOptions(
+        repeats=repeats,
+        abort_below=abort,
+        tolerance=tolerance,
+        hardware=config.getoption("perfgate_hardware"),
+        allow_no_baseline=bool(
+            config.getini("perfgate_allow_no_baseline") if allow is None else allow
+        ),
+    )
 
 
 def _server_log(config: pytest.Config) -> Path | None:
@@ -182,6 +213,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: 0 if item.get_closest_marker("correctness") else 1)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Whether this session runs perf tests: then every baseline figure is judged at its
+    end, including those of perf tests deselected with -k."""
+    perf = session.config.stash.get(SESSION_KEY, None)
+    if perf is not None:
+        perf.perf_selected = any(item.get_closest_marker("perf") for item in session.items)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
@@ -189,7 +228,10 @@ def pytest_runtest_makereport(
     report = yield
     session = item.config.stash.get(SESSION_KEY, None)
     if session is not None and report.failed and item.get_closest_marker("correctness"):
-        session.correctness_failures.append(item.nodeid)
+        if item.nodeid not in session.correctness_failures:
+            session.correctness_failures.append(item.nodeid)
+        if item.get_closest_marker("usability") and item.nodeid not in session.unusable:
+            session.unusable.append(item.nodeid)
     return report
 
 
@@ -203,10 +245,63 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return  # nothing of this run touched a server
     lines = session.config.stash[SUMMARY_KEY]
     status = {0: "passed", 2: "interrupted"}.get(int(exitstatus), "failed")
+    if perf.perf_selected and not perf.update_baselines and perf.baseline is not None:
+        verdicts = perf.verdicts()  # every baseline figure, deselected tests' included
+        perf.run.checks = verdicts.checks
+        if verdicts.failed and status == "passed":
+            status = "failed"
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     perf.finish(status)
     if perf.update_baselines:
         lines.extend(perf.record_baseline())
     lines.append(f"perfgate: run JSON written to {perf.run_path}")
+
+
+def _summary_lines(perf: PerfgateSession) -> list[tuple[str, str]]:
+    """(colour, line) pairs of the verdict summary: honest about what was not judged."""
+    out: list[tuple[str, str]] = []
+    checks = perf.run.checks
+    judged = [c for c in checks if c.verdict not in ("missing", "no-baseline")]
+    missing = [c for c in checks if c.verdict == "missing"]
+    regressed = [c for c in checks if c.verdict == "regressed"]
+    for title, found in (("REGRESSIONS", regressed), ("MISSING", missing)):
+        if found:
+            out.append(("red", f"{title} ({len(found)}):"))
+            out += [("red", f"  {check.message()}") for check in found]
+    not_run = {name: m.not_run for name, m in perf.run.measurements.items() if m.not_run}
+    out += [("red", m.aborted) for m in perf.run.measurements.values() if m.aborted]
+    if not_run:
+        out.append(("red", f"levels not run: {not_run}"))
+    complete = perf.run.status == "passed" and not missing and not not_run
+    if judged and complete and not regressed:
+        out.append(
+            (
+                "green",
+                f"all {len(judged)} baseline figures judged, all within tolerance "
+                f"({perf.baseline_tier} baseline)",
+            )
+        )
+    elif perf.baseline is not None:
+        total = len(perf.baseline.metrics)
+        out.append(
+            (
+                "yellow",
+                f"run {perf.run.status}: {len(judged)} of {total} baseline figures judged, "
+                f"{len(regressed)} regressed, {len(missing)} missing",
+            )
+        )
+    for check in checks if perf.baseline_tier == "exact" else []:
+        if check.verdict == "improved":
+            out.append(("green", f"  improved: {check.message()} (consider --update-baselines)"))
+    if perf.correctness_failures and perf.run.measurements:
+        out.append(
+            (
+                "red",
+                "the perf figures above come from a backend that FAILED correctness: "
+                + ", ".join(perf.correctness_failures),
+            )
+        )
+    return out
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -219,37 +314,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"[{name}]")
         terminalreporter.write_line(perf.table(name))
         terminalreporter.write_line("")
-    checks = perf.run.checks
-    judged = [c for c in checks if c.verdict != "no-baseline"]
-    for verdict, title in (("regressed", "REGRESSIONS"), ("inconclusive", "INCONCLUSIVE")):
-        found = [c for c in checks if c.verdict == verdict]
-        if found:
-            terminalreporter.write_line(f"{title} ({len(found)}):", red=True, bold=True)
-            for check in found:
-                terminalreporter.write_line(f"  {check.message()}", red=True)
-    aborted = [m.aborted for m in perf.run.measurements.values() if m.aborted]
-    for reason in aborted:
-        terminalreporter.write_line(reason, red=True, bold=True)
-    failed = [c for c in checks if c.failed]
-    if failed or aborted:
+    summary = _summary_lines(perf)
+    for colour, line in summary:
+        terminalreporter.write_line(line, **{colour: True})
+    failed = [c for c in perf.run.checks if c.failed]
+    if failed or any(m.aborted for m in perf.run.measurements.values()):
         for line in perf.diagnosis(failed).lines():
             terminalreporter.write_line(line, yellow=True)
-    if judged and not any(c.failed for c in checks):
-        terminalreporter.write_line(
-            f"all {len(judged)} figures within tolerance of {perf.baseline_path}", green=True
-        )
-    for check in checks:
-        if check.verdict == "improved":
-            terminalreporter.write_line(
-                f"  improved: {check.message()} (consider --update-baselines)", green=True
-            )
-    if mismatch := perf.hardware_mismatch():
-        terminalreporter.write_line(mismatch, yellow=True)
-    elif perf.baseline is None and not perf.update_baselines:
-        terminalreporter.write_line(
-            f"no baseline at {perf.baseline_path}: record one with "
-            "`pytest -m perf --update-baselines`",
-            yellow=True,
-        )
+    if perf.hardware_key:
+        tier = perf.tier_note()
+        colour = "yellow" if perf.baseline_tier != "exact" else "green"
+        terminalreporter.write_line(tier, **{colour: True})
     for line in config.stash.get(SUMMARY_KEY, []):
         terminalreporter.write_line(line)

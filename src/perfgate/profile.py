@@ -185,11 +185,19 @@ class CorrectnessSpec(_Strict):
 
 
 class GateSpec(_Strict):
-    """How figures are judged against the baseline."""
+    """How figures are judged against the baseline (README "How the verdict is decided")."""
 
-    repeats: int = Field(1, ge=1, description="Runs of each sweep level (--perf-repeats).")
+    repeats: int = Field(
+        3, ge=1, description="Runs of each level before a verdict (--perf-repeats)."
+    )
     max_extra_repeats: int = Field(
-        2, ge=0, description="Extra runs of a level whose verdict is inconclusive."
+        7, ge=0, description="Extra runs of a level whose figures are near their limit."
+    )
+    record_repeats: int = Field(
+        8,
+        ge=3,
+        description="Runs of each level when recording a baseline: the run-to-run noise "
+        "that tolerances are derived from is measured over them.",
     )
     abort_below: float = Field(
         0.5,
@@ -197,6 +205,24 @@ class GateSpec(_Strict):
         lt=1,
         description="Stop the sweep at once when a level's tok/s is below "
         "this fraction of its baseline (0 disables early abort; --perf-abort-below).",
+    )
+    false_failure_rate: float = Field(
+        0.01,
+        gt=0,
+        lt=0.5,
+        description="Family-wise: the chance that noise alone fails any figure of the profile.",
+    )
+    min_tolerance: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Floor of every tolerance recording derives from noise: for hosts whose "
+        "noise over days exceeds what back-to-back recorded runs show (shared CI machines).",
+    )
+    retired: list[str] = Field(
+        default_factory=list,
+        description="Baseline keys (glob patterns, e.g. 'sweep.c8.*') this profile no longer "
+        "measures; every other baseline figure must be produced, or it fails as MISSING.",
     )
 
 

@@ -8,18 +8,14 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from perfgate.baseline import Baseline, Check, figure_key, write_json_atomic
+from perfgate.baseline import Baseline, Check, write_json_atomic
 from perfgate.engines import Fact
 from perfgate.errors import PerfgateError
-from perfgate.metrics import LevelMetrics, Measurement
+from perfgate.figures import FIGURES, figure_key
+from perfgate.metrics import Measurement
+from perfgate.stats import median
 
 RUN_SCHEMA_VERSION = 1
-HEADER = (
-    f"{'C':>4} | {'Agg tok/s':>10} | {'Per-req tok/s':>14} | {'TTFT(s)':>8} | "
-    f"{'Tokens':>8} | {'Wall(s)':>8} | {'Ok':>4} | {'Fail':>4}"
-)
-ACCEPT_HEADER = f" | {'Accept%':>7}"
-BASELINE_HEADER = f" | {'Base agg':>9} | {'Δ agg%':>7} | {'Base per-req':>12} | {'Δ per-req%':>10}"
 
 
 class RunRecord(BaseModel):
@@ -73,37 +69,57 @@ def _delta(measured: float | None, base: float | None) -> str:
     return f"{(measured - base) / base * 100:+.1f}"
 
 
-def render_table(
-    measurement: str,
-    levels: list[LevelMetrics],
-    baseline: Baseline | None,
-    not_run: list[int] | None = None,
-    accept_rates: list[float | None] | None = None,
-) -> str:
-    """The concurrency table, one row per level, with baseline and Δ% where one exists."""
+WIDTHS = {"agg_tok_s": 10, "per_request_tok_s": 14, "ttft_s": 8, "accept_rate": 7}
+DECIMALS = {"agg_tok_s": 2, "per_request_tok_s": 2, "ttft_s": 3, "accept_rate": 1}
+MAIN = [f for f in FIGURES if f.name != "accept_rate"]
+ACCEPT = next(f for f in FIGURES if f.name == "accept_rate")
+HEADER = (
+    f"{'C':>4} | "
+    + " | ".join(f"{f.title:>{WIDTHS[f.name]}}" for f in MAIN)
+    + f" | {'Tokens':>8} | {'Wall(s)':>8} | {'Ok':>4} | {'Fail':>4}"
+)
+
+
+def render_table(measurement: str, data: Measurement, baseline: Baseline | None) -> str:
+    """The concurrency table in the seeds' format, one row per level.
+
+    Each figure is the median over the level's runs of the run's value, which is what the
+    gate judges (:mod:`perfgate.figures`); Tokens and Wall are summed over the runs. With
+    a baseline: its value and Δ% per figure.
+    """
     expected = baseline.metrics if baseline else {}
-    spec = accept_rates is not None and any(r is not None for r in accept_rates)
-    header = HEADER + (BASELINE_HEADER if baseline else "") + (ACCEPT_HEADER if spec else "")
+    levels = data.by_concurrency()
+    spec = any(ACCEPT.run_values(runs) for runs in levels.values())
+    shown = [*MAIN, *([ACCEPT] if spec else [])]
+    header = HEADER + f" | {'Runs':>4}"
+    if baseline:
+        header += "".join(f" | {'Base ' + f.title:>15} | {'Δ%':>6}" for f in MAIN)
+    if spec:
+        header += f" | {ACCEPT.title:>7}"
     lines = [header, "-" * len(header)]
-    for index, m in enumerate(levels):
-        row = (
-            f"{m.concurrency:>4} | {m.agg_tok_s:>10.2f} | "
-            f"{_fmt(m.per_request_tok_s.mean, 14, 2)} | {_fmt(m.ttft_s.mean, 8, 3)} | "
-            f"{m.output_tokens:>8} | {m.wall_s:>8.2f} | {m.ok:>4} | {m.fail:>4}"
+    for c, runs in levels.items():
+        medians = {}
+        for f in shown:
+            values = f.run_values(runs)
+            medians[f.name] = median(values) if values else None
+        row = f"{c:>4} | " + " | ".join(
+            _fmt(medians[f.name], WIDTHS[f.name], DECIMALS[f.name]) for f in MAIN
+        )
+        row += (
+            f" | {sum(r.metrics.output_tokens for r in runs):>8} | "
+            f"{sum(r.metrics.wall_s for r in runs):>8.2f} | "
+            f"{sum(r.metrics.ok for r in runs):>4} | {sum(r.metrics.fail for r in runs):>4} | "
+            f"{len(runs):>4}"
         )
         if baseline:
-            agg = expected.get(figure_key(measurement, m.concurrency, "agg_tok_s"))
-            per = expected.get(figure_key(measurement, m.concurrency, "per_request_tok_s"))
-            agg_v = agg.value if agg else None
-            per_v = per.value if per else None
-            row += (
-                f" | {_fmt(agg_v, 9, 2)} | {_delta(m.agg_tok_s, agg_v):>7} | "
-                f"{_fmt(per_v, 12, 2)} | {_delta(m.per_request_tok_s.mean, per_v):>10}"
-            )
-        if spec and accept_rates is not None:
-            rate = accept_rates[index]
+            for f in MAIN:
+                exp = expected.get(figure_key(measurement, c, f.name))
+                base = exp.value if exp else None
+                row += f" | {_fmt(base, 15, DECIMALS[f.name])} | {_delta(medians[f.name], base):>6}"
+        if spec:
+            rate = medians["accept_rate"]
             row += f" | {_fmt(None if rate is None else rate * 100, 7, 1)}"
         lines.append(row)
-    for c in not_run or []:
+    for c in data.not_run:
         lines.append(f"{c:>4} | {'not run':>10} |")
     return "\n".join(lines)

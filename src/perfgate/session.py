@@ -20,32 +20,32 @@ import httpx
 
 from perfgate import __version__
 from perfgate.baseline import (
+    ANY_HARDWARE,
     Baseline,
     Check,
     GoldenOutputs,
     baseline_path,
     build_baseline,
-    compare_samples,
+    compare_golden,
     diff_lines,
     golden_path,
-    level_samples,
     load_golden,
     load_profile_baselines,
-    measurement_samples,
     save_baseline,
     save_golden,
 )
 from perfgate.client import RequestRecord, SimpleClient, request_body, stream_request
 from perfgate.diagnose import Diagnosis, diagnose
 from perfgate.engines import Engine, Facts, get_engine
-from perfgate.errors import BackendError, WorkloadError
-from perfgate.launch import AttachedBackend, Backend, describe_local_hardware, launch
+from perfgate.errors import BackendError, BaselineError, WorkloadError
+from perfgate.figures import run_values
+from perfgate.gate import GatePolicy, Verdicts
+from perfgate.launch import AttachedBackend, Backend, launch
 from perfgate.load import Decision, LevelRun, RequestPlan, pooled_client, run_sweep
 from perfgate.metrics import LevelData, Measurement
 from perfgate.observe import SpecWindow, read_facts, rejected_extras, short_outputs
 from perfgate.profile import Profile, load_profile
 from perfgate.report import RunRecord, render_table
-from perfgate.stats import median
 from perfgate.workload import Prompt, Tokenizer, approximate_prompts, build_prompts
 
 Progress = Callable[[str], None]
@@ -81,6 +81,8 @@ class GateOptions:
     repeats: int | None = None
     abort_below: float | None = None
     tolerance: float | None = None  # used when writing baselines
+    hardware: str | None = None  # the serving host's key where perfgate cannot read it
+    allow_no_baseline: bool = False  # skip instead of failing where no baseline applies
 
 
 class PerfgateSession:
@@ -109,17 +111,14 @@ class PerfgateSession:
         self.progress = progress
         self.output_dir = output_dir
         self.baselines_dir = baselines_dir
-        if base_url:  # the serving host is not ours to inspect: trust the profile's label
-            self.hardware: dict[str, object] = {"key": profile.hardware, "host": "attached"}
-        else:
-            self.hardware = describe_local_hardware()
-        self.hardware["label"] = profile.hardware
-        self.hardware_key = str(self.hardware["key"])
-        known = load_profile_baselines(baselines_dir, profile.name)
-        self.baseline: Baseline | None = known.get(self.hardware_key)
-        self.other_hardware = sorted(k for k in known if k != self.hardware_key)
-        self.baseline_path = baseline_path(baselines_dir, profile.name, self.hardware_key)
-        self.golden = load_golden(golden_path(self.baseline_path))
+        self.known_baselines = load_profile_baselines(baselines_dir, profile.name)
+        # resolved once the server runs: its hardware key picks the baseline
+        self.hardware: dict[str, object] = {"label": profile.hardware}
+        self.hardware_key = ""
+        self.baseline: Baseline | None = None
+        self.baseline_tier = "none"  # "exact", "any" or "none"
+        self.baseline_path = baseline_path(baselines_dir, profile.name, ANY_HARDWARE)
+        self.golden: GoldenOutputs | None = None
         self.golden_outputs: GoldenOutputs | None = None  # produced by this run
         self.owner = f"perfgate-{uuid.uuid4().hex[:12]}"
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
@@ -128,6 +127,9 @@ class PerfgateSession:
         self.twins: dict[str, Backend] = {}
         self.backend_error: BackendError | None = None
         self.correctness_failures: list[str] = []
+        self.unusable: list[str] = []  # correctness failures that make perf meaningless
+        self.perf_selected = False  # whether this session runs perf tests (set by the plugin)
+        self.nonce = self.owner if base_url else ""  # attached servers may cache prompts
         self.completion_extras = self.engine.completion_extras()
         self.run = RunRecord(
             perfgate_version=__version__,
@@ -142,8 +144,11 @@ class PerfgateSession:
     # -- settings ----------------------------------------------------------------------
     @property
     def repeats(self) -> int:
-        """Runs of each sweep level."""
-        return self.options.repeats or self.profile.gate.repeats
+        """Runs of each level before a verdict (when recording: ``gate.record_repeats``)."""
+        if self.options.repeats:
+            return self.options.repeats
+        gate = self.profile.gate
+        return gate.record_repeats if self.update_baselines else gate.repeats
 
     @property
     def abort_below(self) -> float:
@@ -155,15 +160,72 @@ class PerfgateSession:
             return self.options.abort_below
         return self.profile.gate.abort_below
 
+    @property
+    def policy(self) -> GatePolicy:
+        """The gate policy from the profile's settings and the command line."""
+        gate = self.profile.gate
+        return GatePolicy(
+            min_runs=self.repeats,
+            max_runs=max(self.repeats, self.repeats + gate.max_extra_repeats),
+            abort_below=self.abort_below,
+            false_failure_rate=gate.false_failure_rate,
+            retired=tuple(gate.retired),
+            recording=self.update_baselines,
+        )
+
+    def planned(self) -> dict[str, list[int]]:
+        """The levels each measurement of the perf suite runs."""
+        return {"single": [1], "sweep": list(self.profile.workload.levels)}
+
+    def record_command(self) -> str:
+        """The command that records a baseline for this profile here."""
+        extra = f" --base-url {self.base_url}" if self.base_url else ""
+        hw = f" --perf-hardware {self.hardware_key}" if self.options.hardware else ""
+        return f"pytest -m perf --profile {self.profile.name}{extra}{hw} --update-baselines"
+
+    def resolve_baseline(self, hardware: dict[str, object]) -> None:
+        """Pick the baseline for the serving host's hardware: the exact key, else the
+        profile's hardware-independent ``any`` targets, else none."""
+        key = self.options.hardware or str(hardware.get("key") or "")
+        if not key:
+            key = self.profile.hardware
+            hardware = {**hardware, "key": key, "key_from": "profile hardware label"}
+        self.hardware = {**hardware, "key": key, "label": self.profile.hardware}
+        self.hardware_key = key
+        self.run.hardware = self.hardware
+        exact = self.known_baselines.get(key)
+        fallback = self.known_baselines.get(ANY_HARDWARE)
+        self.baseline = exact or fallback
+        self.baseline_tier = "exact" if exact else "any" if fallback else "none"
+        self.baseline_path = baseline_path(self.baselines_dir, self.profile.name, key)
+        self.golden = load_golden(golden_path(self.baseline_path))
+        self.run.notes.append(self.tier_note())
+
+    def tier_note(self) -> str:
+        """Which baseline gates this run, and how to get an exact one."""
+        where = f"hardware key {self.hardware_key!r}"
+        if self.baseline_tier == "exact":
+            return f"gated by the exact baseline for {where} ({self._relative(self.baseline_path)})"
+        others = sorted(k for k in self.known_baselines if k != ANY_HARDWARE)
+        recorded = f"; baselines exist for {', '.join(others)}" if others else ""
+        if self.baseline_tier == "any":
+            return (
+                f"no exact baseline for {where}{recorded}: gated by the profile's "
+                f"hardware-independent targets ({ANY_HARDWARE}.json). Record an exact one "
+                f"with: {self.record_command()}"
+            )
+        return f"no baseline for {where}{recorded}. Record one with: {self.record_command()}"
+
     def hardware_mismatch(self) -> str | None:
-        """Why figures cannot be judged on this hardware, or None."""
-        if self.baseline is not None or not self.other_hardware:
+        """Why figures cannot be judged here, or None (a baseline applies, or one is being
+        recorded)."""
+        if self.baseline is not None or self.update_baselines:
             return None
         return (
             f"no baseline for profile {self.profile.name} on this hardware "
-            f"({self.hardware_key}); baselines exist for {', '.join(self.other_hardware)}. "
-            "A different machine is not a regression. Record a baseline for this hardware "
-            f"with: pytest -m perf --profile {self.profile.name} --update-baselines"
+            f"({self.hardware_key}). A different machine is not a regression, but nothing "
+            f"was gated. Record one with: {self.record_command()} (or pass "
+            "--perf-allow-no-baseline to measure without gating)"
         )
 
     # -- backend -----------------------------------------------------------------------
@@ -186,6 +248,10 @@ class PerfgateSession:
         with httpx.Client(base_url=backend.base_url, timeout=10.0) as client:
             self.run.engine_version = self.engine.version(client)
         self.run.base_url = backend.base_url
+        try:
+            self.resolve_baseline(backend.hardware())
+        except BaselineError as exc:
+            raise BackendError(str(exc)) from exc
         self.collect_facts()
         if not self.engine.features_known:
             self._probe_features(backend)
@@ -210,6 +276,8 @@ class PerfgateSession:
 
     def _check_output_lengths(self, data: LevelData) -> None:
         forced = "ignore_eos" in self.completion_extras
+        if forced:
+            return  # short outputs fail their requests (RequestPlan.output_problem)
         if why := short_outputs(data.metrics, self.profile.workload.output_len, forced):
             self.degraded(why)
 
@@ -299,7 +367,8 @@ class PerfgateSession:
     def _prompts(self, name: str, concurrency: int, repeat: int, count: int) -> list[Prompt]:
         w = self.profile.workload
         backend = self.start_backend()
-        seed = random.Random(f"{w.seed}:{name}:{concurrency}:{repeat}").getrandbits(32)
+        # attached: a per-run nonce, so a prefix cache cannot serve an earlier run's prompts
+        seed = random.Random(f"{w.seed}:{name}:{concurrency}:{repeat}{self.nonce}").getrandbits(32)
         with httpx.Client(base_url=backend.base_url, timeout=30.0) as client:
             if self.engine.tokenize_path is None:
                 prompts, note = approximate_prompts(
@@ -311,27 +380,6 @@ class PerfgateSession:
             tokenizer = Tokenizer(client, self.engine, self.profile.model.name)
             return build_prompts(tokenizer, count, w.input_len, seed)
 
-    def _abort_reason(self, name: str, data: LevelData) -> str | None:
-        """Why a sweep should stop right after this level run (far below baseline)."""
-        if self.baseline is None or self.abort_below <= 0:
-            return None
-        for key, samples in level_samples(name, [data]).items():
-            exp = self.baseline.metrics.get(key)
-            if exp is None or exp.direction != "higher":
-                continue
-            value = median(samples)
-            if value < self.abort_below * exp.value:
-                return (
-                    f"early abort at C={data.concurrency}: {key} {value:.4g} {exp.unit} is "
-                    f"below {self.abort_below:.0%} of the baseline {exp.value:.4g} "
-                    f"{exp.unit}"
-                )
-        return None
-
-    def _still_inconclusive(self, name: str, runs: list[LevelData]) -> bool:
-        checks = compare_samples(level_samples(name, runs), self.baseline)
-        return any(c.verdict == "inconclusive" for c in checks)
-
     def measure(
         self, name: str, levels: Sequence[int], requests_at: Callable[[int], int]
     ) -> Measurement:
@@ -341,7 +389,7 @@ class PerfgateSession:
         warmup = self.profile.workload.warmup
         measurement = Measurement()
         self.run.measurements[name] = measurement
-        most = self.repeats + self.profile.gate.max_extra_repeats
+        policy = self.policy
         spec_window = SpecWindow(self.engine, backend.base_url)
 
         def prompts_for(c: int, repeat: int) -> list[Prompt]:
@@ -374,16 +422,14 @@ class PerfgateSession:
                 self.progress("perfgate: server is no longer running; stopping the sweep")
                 return "stop"
             done = measurement.by_concurrency()[c]  # this level's runs, metrics computed
-            if len(runs) == 1 and (reason := self._abort_reason(name, done[0])):
+            if len(runs) == 1 and (reason := policy.abort_reason(name, done[0], self.baseline)):
                 measurement.aborted = reason
                 self.progress(f"perfgate: {reason}; stopping the sweep")
                 return "stop"
-            if len(runs) < self.repeats:
-                return "repeat"
-            if len(runs) < most and self._still_inconclusive(name, done):
-                self.progress(f"perfgate: {name} C={c} inconclusive; measuring again")
-                return "repeat"
-            return "next"
+            step = policy.after_level(name, done, self.baseline)
+            if step == "repeat" and len(runs) >= policy.min_runs:
+                self.progress(f"perfgate: {name} C={c} near its limit; measuring again")
+            return step
 
         try:
             sweep = asyncio.run(
@@ -422,11 +468,11 @@ class PerfgateSession:
         backend = self.start_backend()
         warmup = self.profile.workload.warmup
         plan = self.plan()
-        extra = self.profile.gate.max_extra_repeats * rounds
-        prompts = self._prompts(name, 1, 0, warmup + rounds + extra)
+        policy = self.policy
+        prompts = self._prompts(name, 1, 0, warmup + rounds * policy.max_runs)
         measurement = Measurement()
         self.run.measurements[name] = measurement
-        self.progress(f"perfgate: {name}: {rounds} sequential requests, {warmup} warmup")
+        self.progress(f"perfgate: {name}: {rounds} sequential requests a run, {warmup} warmup")
         loop = asyncio.new_event_loop()
         client = pooled_client(backend.base_url, 1, plan.request_timeout_s)
         records: list[RequestRecord] = []
@@ -436,21 +482,23 @@ class PerfgateSession:
             body = request_body(
                 plan.api, plan.model, next(queue).text, plan.output_len, **plan.extras
             )
-            return loop.run_until_complete(
-                stream_request(
-                    client,
-                    body,
-                    index=len(records),
-                    api=plan.api,
-                    timeout_s=plan.request_timeout_s,
-                    reasoning_fields=plan.reasoning_fields,
+            return plan.checked(
+                loop.run_until_complete(
+                    stream_request(
+                        client,
+                        body,
+                        index=len(records),
+                        api=plan.api,
+                        timeout_s=plan.request_timeout_s,
+                        reasoning_fields=plan.reasoning_fields,
+                    )
                 )
             )
 
         def one_round() -> None:
             records.append(send())
 
-        def close_level(first: int, repeat: int) -> list[LevelData]:
+        def close_run(first: int, repeat: int) -> list[LevelData]:
             batch = records[first:]
             run = LevelRun(concurrency=1, records=batch, start=batch[0].start, end=batch[-1].end)
             measurement.levels.append(LevelData.from_run(run, repeat, spec=spec_window.close()))
@@ -463,98 +511,110 @@ class PerfgateSession:
             for _ in range(warmup):
                 send()
             spec_window.open()
-            runner(one_round, rounds)
+            runner(one_round, rounds)  # the first run through pytest-benchmark, if given
             if not records:  # a runner that ran nothing (e.g. benchmarks disabled oddly)
-                one_round()
-            runs = close_level(0, 0)
-            repeat = 0
-            while repeat < self.profile.gate.max_extra_repeats and self._still_inconclusive(
-                name, runs
-            ):
-                repeat += 1
-                self.progress(f"perfgate: {name} inconclusive; {rounds} more requests")
+                plain_rounds(one_round, rounds)
+            runs = close_run(0, 0)
+            while policy.after_level(name, runs, self.baseline) == "repeat":
+                if len(runs) >= policy.min_runs:
+                    self.progress(f"perfgate: {name} near its limit; {rounds} more requests")
                 first = len(records)
                 spec_window.open()
                 plain_rounds(one_round, rounds)
-                runs = close_level(first, repeat)
+                runs = close_run(first, len(runs))
         finally:
             loop.run_until_complete(client.aclose())
             loop.run_until_complete(loop.shutdown_asyncgens())  # streams' generators
             loop.close()
         return measurement
 
+    def verdicts(self) -> Verdicts:
+        """Every baseline figure judged against this run (MISSING where not produced)."""
+        return self.policy.judge(self.run.measurements, self.baseline, self.planned())
+
     def judge(self, name: str) -> list[Check]:
-        """Compare a measurement's figures with the baseline and remember the checks."""
-        checks = compare_samples(
-            measurement_samples(name, self.run.measurements[name]), self.baseline
-        )
-        self.run.checks.extend(checks)
+        """The checks of one measurement's figures (its missing ones included); all checks
+        of the run so far go into the run JSON."""
+        verdicts = self.verdicts()
+        self.run.checks = verdicts.checks
         self.collect_facts()
         self.save_run()
-        return checks
+        return [c for c in verdicts.checks if c.key.startswith(f"{name}.")]
 
     def table(self, name: str) -> str:
         """The concurrency table of one measurement."""
         m = self.run.measurements[name]
-        return render_table(name, m.table_rows(), self.baseline, m.not_run, m.accept_rates())
+        return render_table(name, m, self.baseline)
 
     # -- recording ---------------------------------------------------------------------
     def save_run(self) -> None:
         """Write the run JSON as it stands."""
         self.run.write(self.run_path)
 
-    def failed_requests(self) -> int:
-        """Failed requests over all measurements."""
-        return sum(lv.metrics.fail for m in self.run.measurements.values() for lv in m.levels)
-
     def record_baseline(self) -> list[str]:
-        """Write a new baseline from this run; returns the lines to print."""
+        """Write a new baseline from this run, all or nothing; returns the lines to print.
+
+        Only a passed run with every measurement complete is recorded. Its figures are
+        merged into the existing baseline (figures it did not measure are kept).
+        """
         refuse = "perfgate: baseline NOT updated: "
-        if self.correctness_failures:
-            return [f"{refuse}correctness failed ({'; '.join(self.correctness_failures)})"]
-        if (failed := self.failed_requests()) or not self.run.measurements:
-            return [refuse + (f"{failed} requests failed" if failed else "nothing was measured")]
-        if any(m.not_run or m.aborted for m in self.run.measurements.values()):
-            return [f"{refuse}the sweep did not run every level"]
-        samples: dict[str, list[float]] = {}
-        for name, m in self.run.measurements.items():
-            samples.update(measurement_samples(name, m))
-        self.save_run()
-        kept_run = self.baseline_path.with_suffix(".run.json")
-        new = build_baseline(
-            self.profile.name,
-            self.hardware_key,
-            samples,
-            self.baseline,
-            tolerance=self.options.tolerance,
-            facts=self.run.facts,
-            provenance={
-                "perfgate_version": __version__,
-                "git_commit": self.run.git_commit,
-                "profile": self.run.profile,
-                "profile_digest": self.run.profile_digest,
-                "engine": self.run.engine,
-                "engine_version": self.run.engine_version,
-                "model": self.profile.model.name,
-                "hardware": self.hardware,
-                "run_json": self._relative(kept_run),
-            },
+        problems = self.policy.recording_problems(
+            self.run.measurements,
+            status=self.run.status,
+            correctness_failures=self.correctness_failures,
         )
-        save_baseline(self.baseline_path, new)
+        if problems:
+            return [refuse + problems[0], *(f"  also: {p}" for p in problems[1:])]
+        previous = self.known_baselines.get(self.hardware_key)
+        kept_run = self.baseline_path.with_suffix(".run.json")
+        try:
+            recorded = build_baseline(
+                self.profile.name,
+                self.hardware_key,
+                run_values(self.run.measurements),
+                previous,
+                rule=self.policy.rule(None),
+                tolerance=self.options.tolerance,
+                facts=self.run.facts,
+                min_tolerance=self.profile.gate.min_tolerance,
+                provenance={
+                    "perfgate_version": __version__,
+                    "git_commit": self.run.git_commit,
+                    "profile": self.run.profile,
+                    "profile_digest": self.run.profile_digest,
+                    "engine": self.run.engine,
+                    "engine_version": self.run.engine_version,
+                    "model": self.profile.model.name,
+                    "hardware": self.hardware,
+                    "run_json": self._relative(kept_run),
+                },
+            )
+        except BaselineError as exc:
+            return [refuse + str(exc)]
+        save_baseline(self.baseline_path, recorded.baseline)
         shutil.copyfile(self.run_path, kept_run)
-        lines = []
+        lines = [
+            f"perfgate: baseline written to {self._relative(self.baseline_path)} "
+            f"({len(recorded.baseline.metrics)} figures; tolerances from "
+            f"{self.repeats} runs a level):",
+            *diff_lines(previous, recorded),
+        ]
         if self.golden_outputs is not None:
+            old_golden = load_golden(golden_path(self.baseline_path))
+            if old_golden is not None:
+                changed = [
+                    d
+                    for d in compare_golden(old_golden, self.golden_outputs.outputs)
+                    if not d.exact
+                ]
+                lines += [f"perfgate: golden output changed: {d.message()}" for d in changed]
             save_golden(golden_path(self.baseline_path), self.golden_outputs)
             lines.append(
                 f"perfgate: {len(self.golden_outputs.outputs)} golden greedy outputs "
                 f"written to {self._relative(golden_path(self.baseline_path))}"
             )
         # self.baseline stays the old one: the summary table shows old vs measured
-        return [
-            f"perfgate: baseline written to {self._relative(self.baseline_path)}:",
-            *diff_lines(self.baseline, new),
-            *lines,
-        ]
+        return lines
 
     def _relative(self, path: Path) -> str:
         try:

@@ -1,36 +1,45 @@
-"""Noise-aware statistics: medians, bootstrap confidence intervals, and the verdict.
+"""Run-to-run noise, intervals and the verdict of one figure.
 
-A figure is measured several times (repeats, or one sample per request). Its
-estimate is the median with a percentile-bootstrap interval for the median. The
-verdict compares the interval, not the point, with the acceptable limit:
+The model (README "How the verdict is decided"):
 
-- ``regressed``: the whole interval is worse than the limit;
-- ``inconclusive``: the interval straddles the limit (measure again);
-- ``improved``: the whole interval is better than the baseline's other edge;
-- ``pass``: otherwise.
+- The sampling unit is one run of a level. A figure gives one value per run.
+- Noise is multiplicative: ``ln(value) = ln(true) + e`` with ``e ~ N(0, sigma²)``, so sigma is
+  close to the coefficient of variation between runs.
+- The estimate of a figure from ``n`` runs is the median of the runs (one disturbed run
+  cannot move it), with standard error ``c_n sigma / √n`` (``c_n``: :data:`MEDIAN_EFFICIENCY`).
+- sigma comes from the spread recorded with the baseline, pooled with this run's own spread.
+- A figure regresses only when it is both past its limit and worse than the baseline at
+  the family-wise rate: ``d + z sigma_d < 0`` with ``z`` the one-sided quantile of
+  ``false_failure_rate / figures``. That is Bonferroni's bound: the chance that any
+  figure of a profile fails on noise alone is at most ``false_failure_rate``.
 """
 
 from __future__ import annotations
 
-import random
+import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 Direction = Literal["higher", "lower"]
-Verdict = Literal["pass", "regressed", "inconclusive", "improved"]
+Verdict = Literal["pass", "improved", "regressed", "missing", "no-baseline"]
+Step = Literal["more", "done"]
 CONFIDENCE = 0.95
-RESAMPLES = 1000
+VALUE_FLOOR = 1e-6  # a figure of 0 (acceptance collapsed) is taken as this, so logs exist
+
+# sd(median of n normal draws) * sqrt(n) / sigma, for n = 1..20 (2e6-draw simulation,
+# benchmarks/gate_study.py --constants); 1.2533 = sqrt(pi/2) beyond.
+MEDIAN_EFFICIENCY = (
+    1.0, 1.0, 1.16, 1.091, 1.197, 1.134, 1.214, 1.159, 1.223, 1.177,
+    1.229, 1.188, 1.232, 1.196, 1.234, 1.203, 1.239, 1.208, 1.239, 1.211,
+)  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
-class Estimate:
-    """Median of samples and a confidence interval around it."""
-
-    median: float
-    low: float
-    high: float
-    n: int
+def median_efficiency(n: int) -> float:
+    """``c_n``: the median of n runs has standard error ``c_n sigma / √n``."""
+    return MEDIAN_EFFICIENCY[n - 1] if n <= len(MEDIAN_EFFICIENCY) else math.sqrt(math.pi / 2)
 
 
 def median(samples: Sequence[float]) -> float:
@@ -42,38 +51,146 @@ def median(samples: Sequence[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-def bootstrap_interval(
-    samples: Sequence[float],
-    confidence: float = CONFIDENCE,
-    resamples: int = RESAMPLES,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """Percentile-bootstrap interval of the median (a point for a single sample).
+def log_spread(samples: Sequence[float]) -> float | None:
+    """Sample standard deviation of ln(samples) (≈ CV); None for fewer than two."""
+    if len(samples) < 2:
+        return None
+    logs = [math.log(max(v, VALUE_FLOOR)) for v in samples]
+    mean = math.fsum(logs) / len(logs)
+    return math.sqrt(math.fsum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
 
-    Seeded, so the same samples always give the same interval, and shifting every
-    sample by a constant shifts the interval by the same constant.
-    """
-    n = len(samples)
-    if n == 0:
-        raise ValueError("interval of no samples")
-    if n == 1:
-        return samples[0], samples[0]
-    rng = random.Random(seed)
-    medians = sorted(
-        median([samples[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples)
+
+# -- Student's t, without scipy --------------------------------------------------------
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularized incomplete beta (modified Lentz)."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1 + num * d
+            d = 1 / (d if abs(d) > tiny else tiny)
+            c = 1 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1) < 1e-14:
+            break
+    return h
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    front = math.exp(
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
     )
-    tail = (1 - confidence) / 2
-    low = medians[int(tail * (resamples - 1))]
-    high = medians[int((1 - tail) * (resamples - 1) + 0.5)]
-    return low, high
+    if x < (a + 1) / (a + b + 2):
+        return front * _beta_fraction(a, b, x) / a
+    return 1 - front * _beta_fraction(b, a, 1 - x) / b
 
 
-def estimate(samples: Sequence[float]) -> Estimate:
-    """Median and bootstrap interval of samples."""
-    low, high = bootstrap_interval(samples)
-    return Estimate(median=median(samples), low=low, high=high, n=len(samples))
+def t_cdf(t: float, df: float) -> float:
+    """P(T ≤ t) for Student's t with ``df`` degrees of freedom (normal for df = inf)."""
+    if math.isinf(df):
+        return statistics.NormalDist().cdf(t)
+    tail = 0.5 * _incomplete_beta(df / 2, 0.5, df / (df + t * t))
+    return 1 - tail if t > 0 else tail
 
 
+@lru_cache(maxsize=1024)
+def t_quantile(p: float, df: float) -> float:
+    """The p-quantile of Student's t (bisection on :func:`t_cdf`)."""
+    if not 0 < p < 1:
+        raise ValueError("quantile of p outside (0, 1)")
+    if math.isinf(df):
+        return statistics.NormalDist().inv_cdf(p)
+    low, high = -1e4, 1e4
+    for _ in range(200):
+        mid = (low + high) / 2
+        if t_cdf(mid, df) < p:
+            low = mid
+        else:
+            high = mid
+        if high - low < 1e-10:
+            break
+    return (low + high) / 2
+
+
+# -- noise and estimates -------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Noise:
+    """Run-to-run spread of a figure: sigma of ln(value), with its degrees of freedom."""
+
+    sigma: float
+    df: float
+
+    @staticmethod
+    def pooled(parts: Sequence[Noise]) -> Noise | None:
+        """Noise pooled over independent estimates (weights: degrees of freedom)."""
+        usable = [p for p in parts if p.df > 0]
+        df = sum(p.df for p in usable)
+        if not df:
+            return None
+        return Noise(math.sqrt(sum(p.df * p.sigma**2 for p in usable) / df), df)
+
+    @staticmethod
+    def of(samples: Sequence[float]) -> Noise | None:
+        """The spread of one figure's runs (None for fewer than two)."""
+        spread = log_spread(samples)
+        return None if spread is None else Noise(spread, len(samples) - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """A figure from n runs: the median, and a confidence interval where noise is known."""
+
+    median: float
+    low: float | None
+    high: float | None
+    n: int
+    noise: Noise | None
+    confidence: float = CONFIDENCE
+
+    @property
+    def interval(self) -> str:
+        """The interval as people read it, naming what it is."""
+        if self.low is None or self.high is None:
+            return f"n={self.n}, no interval (noise unknown)"
+        return f"{self.confidence:.0%} CI {self.low:.4g}..{self.high:.4g}, n={self.n}"
+
+
+def standard_error(noise: Noise, n: int) -> float:
+    """Standard error of ln(median of n runs)."""
+    return median_efficiency(n) * noise.sigma / math.sqrt(n)
+
+
+def estimate(samples: Sequence[float], noise: Noise | None = None) -> Estimate:
+    """Median of runs with a t interval of the log median.
+
+    ``noise``: the spread known from elsewhere (the baseline's), pooled with the runs' own.
+    Without any spread estimate there is no interval, and the Estimate says so.
+    """
+    if not samples:
+        raise ValueError("estimate of no samples")
+    center = median(samples)
+    parts = [p for p in (noise, Noise.of(samples)) if p is not None]
+    pooled = Noise.pooled(parts)
+    if pooled is None:
+        return Estimate(center, None, None, len(samples), None)
+    half = t_quantile(0.5 + CONFIDENCE / 2, pooled.df) * standard_error(pooled, len(samples))
+    log_center = math.log(max(center, VALUE_FLOOR))
+    return Estimate(
+        center, math.exp(log_center - half), math.exp(log_center + half), len(samples), pooled
+    )
+
+
+# -- limits and the verdict ------------------------------------------------------------
 def limits(
     value: float,
     tolerance: float,
@@ -98,15 +215,127 @@ def limits(
     return worst, value * (1 - tolerance)
 
 
-def decide(est: Estimate, worst: float, better: float, direction: Direction) -> Verdict:
-    """The verdict of an estimate against its limits."""
-    if direction == "lower":  # mirror so that higher is better below
-        est = Estimate(median=-est.median, low=-est.high, high=-est.low, n=est.n)
-        worst, better = -worst, -better
-    if est.high < worst:
-        return "regressed"
-    if est.low < worst:
-        return "inconclusive"
-    if est.low > better:
-        return "improved"
-    return "pass"
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """One figure's runs against its baseline, in log units where higher is better."""
+
+    drift: float  # ln(measured / baseline), mirrored for lower-is-better figures
+    limit: float  # ln(worst acceptable / baseline), mirrored likewise (negative)
+    better: float  # ln(clearly better / baseline), mirrored likewise (positive)
+    error: float | None  # standard error of drift; None when noise is unknown
+    df: float
+
+
+def comparison(
+    est: Estimate,
+    value: float,
+    worst: float,
+    better: float,
+    direction: Direction,
+    baseline_runs: int | None,
+) -> Comparison:
+    """Drift of an estimate from the baseline value, with its standard error.
+
+    ``baseline_runs``: how many runs the baseline's median came from (None for a
+    hand-entered target, which has no error of its own).
+    """
+    sign = 1.0 if direction == "higher" else -1.0
+
+    def log_ratio(x: float) -> float:
+        return sign * math.log(max(x, VALUE_FLOOR) / value)
+
+    error = None
+    df = math.inf
+    if est.noise is not None:
+        variance = median_efficiency(est.n) ** 2 / est.n
+        if baseline_runs:
+            variance += median_efficiency(baseline_runs) ** 2 / baseline_runs
+        error = est.noise.sigma * math.sqrt(variance)
+        df = est.noise.df
+    return Comparison(log_ratio(est.median), log_ratio(worst), log_ratio(better), error, df)
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """How sure the gate must be before it decides.
+
+    - ``near``: one-sided confidence that a figure is clearly on one side of its limit
+      before the gate stops measuring it;
+    - ``false_failure_rate``: family-wise: the chance that noise alone fails any of
+      ``figures`` figures of one profile;
+    - ``min_runs`` and ``max_runs``: runs of a level before any verdict, and at most.
+    """
+
+    min_runs: int = 3
+    max_runs: int = 10
+    figures: int = 1
+    false_failure_rate: float = 0.01
+    near: float = 0.95
+
+    @property
+    def per_figure_rate(self) -> float:
+        """Bonferroni: the family's rate shared equally by its figures."""
+        return self.false_failure_rate / max(1, self.figures)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A verdict, whether more runs are wanted, and why."""
+
+    verdict: Verdict
+    step: Step
+    why: str
+
+
+def decide(cmp: Comparison, n: int, rule: Rule) -> Decision:
+    """The verdict of a comparison after n runs, or a request for more runs.
+
+    - REGRESSED needs both: past the limit (clearly, or by the point estimate once no
+      more runs are allowed) and worse than the baseline at the family-wise rate.
+    - More runs are asked for while the figure is near its limit, in either direction.
+    - With no noise estimate at all (one run, hand-entered baseline) only the point
+      estimate can be judged, and the reason says so.
+    """
+    d, limit = cmp.drift, cmp.limit
+    if cmp.error is None:
+        if n < rule.min_runs:
+            return Decision("pass", "more", "fewer runs than the minimum")
+        verdict: Verdict = "regressed" if d < limit else "improved" if d > cmp.better else "pass"
+        return Decision(verdict, "done", "judged on the point estimate: noise unknown")
+    se = cmp.error
+    z_near = t_quantile(rule.near, cmp.df)
+    z_family = t_quantile(1 - rule.per_figure_rate, cmp.df)
+    significant = d + z_family * se < 0
+    beyond = d + z_near * se < limit
+    within = d - z_near * se > limit
+    final = n >= rule.max_runs
+    if n < rule.min_runs and not (beyond and significant):
+        return Decision("pass", "more", "fewer runs than the minimum")
+    if beyond and significant:
+        return Decision("regressed", "done", "past the limit, beyond noise")
+    if within:
+        improved = d - z_near * se > cmp.better
+        return Decision("improved" if improved else "pass", "done", "clearly within the limit")
+    if not final:
+        return Decision("pass", "more", "near the limit: measuring again")
+    if d < limit and significant:
+        return Decision("regressed", "done", "past the limit after the most runs, beyond noise")
+    if d < limit:
+        return Decision("pass", "done", "past the limit by the point estimate, within noise")
+    return Decision("pass", "done", "near the limit after the most runs")
+
+
+def derived_tolerance(
+    noise: Noise, rule: Rule, baseline_runs: int, floor: float, direction: Direction
+) -> float:
+    """The relative tolerance recording derives from measured noise.
+
+    It is the smallest drift the gate can tell from noise at the family-wise rate after
+    its most runs, ``z sigma √(c²_N/N + c²_b/b)`` in log units, and never below ``floor``.
+    """
+    n = rule.max_runs
+    variance = median_efficiency(n) ** 2 / n + median_efficiency(baseline_runs) ** 2 / baseline_runs
+    z = t_quantile(1 - rule.per_figure_rate, noise.df)
+    log_tol = z * noise.sigma * math.sqrt(variance)
+    relative = 1 - math.exp(-log_tol) if direction == "higher" else math.exp(log_tol) - 1
+    return max(floor, round(relative, 4))

@@ -12,7 +12,7 @@ import pytest
 
 from perfgate.quality import is_degenerate
 
-pytestmark = [pytest.mark.correctness, pytest.mark.perf]
+pytestmark = [pytest.mark.correctness, pytest.mark.perf, pytest.mark.usability]
 DATA = json.loads((Path(__file__).parent / "data" / "open_prompts.json").read_text())
 
 

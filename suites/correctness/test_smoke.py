@@ -57,6 +57,7 @@ def test_finish_reason_stop_at_end_of_sequence(llm, perfgate_session):
     assert streamed.text == plain["choices"][0]["text"]
 
 
+@pytest.mark.usability  # errors or empty output here: perf would measure nothing real
 def test_finish_reason_length_and_usage(llm):
     """max_tokens hit → finish_reason 'length', usage equals the tokens streamed."""
     record = llm.stream("Once upon a time", max_tokens=12, temperature=0, ignore_eos=True)

@@ -2,32 +2,49 @@
 
 from __future__ import annotations
 
+import copy
+import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import urlparse
 
 import httpx
 
 from perfgate.engines import Engine
 from perfgate.errors import ReadinessTimeout
 from perfgate.launch.base import Clock, Sleep, probe_ready, read_log, tail
+from perfgate.launch.hardware import describe_local_hardware, is_this_machine
 
 POLL_INTERVAL_S = 0.5
 
 
 class AttachedBackend:
     """A server perfgate did not start: no process, read-only. Its log is read only where
-    the user names the file (``--server-log``), for diagnosis."""
+    the user names the file (``--server-log``), for diagnosis.
+
+    ``env`` is the environment the server is taken to have been given (default: this
+    process's), for its CUDA_VISIBLE_DEVICES when the server runs on this machine: the
+    real server's environment is not known."""
 
     owned = False
 
     def __init__(
-        self, base_url: str, *, engine: Engine, model: str, log_path: Path | None = None
+        self,
+        base_url: str,
+        *,
+        engine: Engine,
+        model: str,
+        log_path: Path | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.engine = engine
         self.model = model
         self.log_path = log_path
         self.argv: list[str] = []
+        self.env = dict(os.environ if env is None else env)
+        self._hardware: dict[str, object] | None = None
 
     def logs(self) -> str:
         return read_log(self.log_path) if self.log_path else ""
@@ -54,6 +71,18 @@ class AttachedBackend:
                         log_tail="",
                     )
                 sleep(POLL_INTERVAL_S)
+
+    def hardware(self) -> dict[str, object]:
+        """This machine's description (source "local (attached)") when the URL's host is
+        this machine; else ``{"key": "", "source": "remote", "host": host}``: perfgate
+        cannot probe a host it did not start the server on, and the caller decides."""
+        if self._hardware is None:
+            host = urlparse(self.base_url).hostname or ""
+            if is_this_machine(host):
+                self._hardware = describe_local_hardware(self.env, source="local (attached)")
+            else:
+                self._hardware = {"key": "", "source": "remote", "host": host}
+        return copy.deepcopy(self._hardware)
 
     def stop(self) -> None:
         """Nothing to do: perfgate does not stop what it did not start."""

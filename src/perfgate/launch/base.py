@@ -56,6 +56,12 @@ class Backend(Protocol):
         """Stop the server if perfgate started it; idempotent."""
         ...
 
+    def hardware(self) -> dict[str, object]:
+        """What the server runs on, probed where it runs (once; later calls return a copy
+        of the first answer): see ``perfgate.launch.hardware``. ``key`` is "" where it
+        cannot be known (a remote attached server, a failed probe)."""
+        ...
+
 
 POLL_INTERVAL_S = 0.25
 

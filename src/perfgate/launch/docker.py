@@ -8,6 +8,7 @@ with perfgate's owner id, and is stopped and removed on pass, fail and Ctrl-C.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ from perfgate.launch.base import (
     tail,
     wait_until_ready,
 )
+from perfgate.launch.hardware import PROBE_SCRIPT, describe_probe, unknown_hardware
 from perfgate.launch.process import ensure_port_free, free_port
 from perfgate.profile import DockerSpec, Profile, redact_argv, redact_text
 
@@ -121,6 +123,7 @@ class DockerBackend:
         self._header = f"$ docker run {spec.image} {' '.join(redact_argv(self.argv))}\n"
         log_path.write_text(self._header, encoding="utf-8")
         self._final_logs: str | None = None
+        self._hardware: dict[str, object] | None = None
         try:
             self.container = self.client.containers.run(
                 spec.image,
@@ -199,6 +202,32 @@ class DockerBackend:
                 "request without providing GPUs (Podman without CDI, Docker without the "
                 "NVIDIA container toolkit)."
             )
+
+    def hardware(self) -> dict[str, object]:
+        """The host as the container sees it: the probe runs inside the container (busybox
+        is enough; no nvidia-smi there means no GPU), with the container's environment, so
+        only the GPUs given to the container, and its CUDA_VISIBLE_DEVICES, count. Call it
+        while the container runs."""
+        if self._hardware is None:
+            self._hardware = self._probe_hardware()
+        return copy.deepcopy(self._hardware)
+
+    def _probe_hardware(self) -> dict[str, object]:
+        source = f"container:{self.container.short_id}"
+        try:
+            code, output = self.container.exec_run(["/bin/sh", "-c", PROBE_SCRIPT])
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            why = redact_text(str(exc))[:300]
+            return unknown_hardware(source, f"the hardware probe in the container failed: {why}")
+        text = output.decode("utf-8", errors="replace")
+        if code != 0:
+            why = redact_text(text.strip()[-300:])
+            return unknown_hardware(
+                source, f"the hardware probe in the container exited {code}: {why}"
+            )
+        desc = describe_probe(text, source)
+        desc["daemon"] = self.url
+        return desc
 
     def stop(self) -> None:
         """Stop (SIGTERM, then SIGKILL after the grace period) and remove the container,

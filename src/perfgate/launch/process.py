@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import signal
 import socket
@@ -21,6 +22,7 @@ from perfgate.launch.base import (
     tail,
     wait_until_ready,
 )
+from perfgate.launch.hardware import describe_local_hardware
 from perfgate.profile import Profile, redact_argv
 
 OWNER_ENV = "PERFGATE_OWNER"  # set in every server we start, so tests can find leftovers
@@ -75,7 +77,9 @@ class ProcessBackend:
         self.stop_grace_s = stop_grace_s
         log_path.parent.mkdir(parents=True, exist_ok=True)
         ensure_port_free(host, port)
-        full_env = {**os.environ, **(env or {}), OWNER_ENV: owner}
+        self.env = {**os.environ, **(env or {})}  # the server's environment
+        self._hardware: dict[str, object] | None = None
+        full_env = {**self.env, OWNER_ENV: owner}
         with open(log_path, "wb") as log:
             log.write(f"$ {' '.join(redact_argv(argv))}\n".encode())
             log.flush()
@@ -118,6 +122,13 @@ class ProcessBackend:
         wait_until_ready(
             self, self.model, timeout_s, where=f"log {self.log_path}", clock=clock, sleep=sleep
         )
+
+    def hardware(self) -> dict[str, object]:
+        """This machine as the server sees it: the probe runs with the server's environment,
+        so its CUDA_VISIBLE_DEVICES (and the nvidia-smi on its PATH) count."""
+        if self._hardware is None:
+            self._hardware = describe_local_hardware(self.env)
+        return copy.deepcopy(self._hardware)
 
     def stop(self) -> None:
         """SIGTERM the whole process group, then SIGKILL it after the grace period."""

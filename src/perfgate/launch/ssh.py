@@ -9,6 +9,7 @@ stops that group (SIGTERM, then SIGKILL) remotely. One multiplexed ssh connectio
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import shlex
 import subprocess
@@ -26,10 +27,17 @@ from perfgate.launch.base import (
     tail,
     wait_until_ready,
 )
+from perfgate.launch.hardware import PROBE_SCRIPT, describe_probe, unknown_hardware
 from perfgate.launch.process import OWNER_ENV, free_port
 from perfgate.profile import Profile, SshSpec, redact_argv, redact_text
 
 REMOTE_LOG_BYTES = 4 << 20
+
+
+def env_exports(env: dict[str, str]) -> str:
+    """Shell lines exporting ``env`` (names that are not shell identifiers are skipped).
+    They go to the remote shell on stdin, so values (tokens) never appear in `ps`."""
+    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items() if k.isidentifier())
 
 
 class SshBackend:
@@ -51,6 +59,8 @@ class SshBackend:
         self._tunnel: subprocess.Popen[bytes] | None = None
         self._stopped = False
         self._final_logs: str | None = None
+        self._hardware: dict[str, object] | None = None
+        self.env = dict(profile.server.env)
         self._check_connection()
         remote_port = profile.server.port or free_port()
         model = profile.model.path or engine.prepare_model(profile)
@@ -61,7 +71,7 @@ class SshBackend:
         self.log_path = log_dir / f"{profile.name}-ssh-{remote_port}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._header = f"$ ssh {spec.host} {' '.join(redact_argv(self.argv))}\n"
-        self.pgid = self._start(dict(profile.server.env), owner)
+        self.pgid = self._start(self.env, owner)
         register_live(self)
         local_port = free_port()
         self._tunnel = subprocess.Popen(
@@ -132,7 +142,7 @@ class SshBackend:
     def _start(self, env: dict[str, str], owner: str) -> int:
         """Start the server detached under setsid; returns its process group id."""
         q = shlex.quote
-        exports = "".join(f"export {k}={q(v)}\n" for k, v in env.items() if k.isidentifier())
+        exports = env_exports(env)
         command = " ".join(q(a) for a in self.argv)
         wrapper = f'"$@" >> {q(self.remote_log)} 2>&1; echo $? > {q(self.remote_exit)}'
         # the script goes through stdin, so env values (tokens) never appear in `ps`
@@ -196,6 +206,26 @@ class SshBackend:
         wait_until_ready(
             self, self.model, timeout_s, where=where, clock=clock, sleep=sleep, interval_s=0.5
         )
+
+    def hardware(self) -> dict[str, object]:
+        """The remote host as the server sees it: the probe runs there, through the same
+        connection, with the profile's server environment exported as for the server."""
+        if self._hardware is None:
+            self._hardware = self._probe_hardware()
+        return copy.deepcopy(self._hardware)
+
+    def _probe_hardware(self) -> dict[str, object]:
+        source = f"ssh:{self.spec.host}"
+        try:
+            done = self._run("sh -s", stdin=env_exports(self.env) + PROBE_SCRIPT, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return unknown_hardware(source, f"the hardware probe over ssh failed: {exc}")
+        if done.returncode != 0:
+            why = redact_text(done.stderr.strip()[-300:])
+            return unknown_hardware(
+                source, f"the hardware probe over ssh exited {done.returncode}: {why}"
+            )
+        return describe_probe(done.stdout, source)
 
     def stop(self) -> None:
         """SIGTERM the remote process group, SIGKILL it after the grace period, fetch the

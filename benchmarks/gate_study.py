@@ -1,0 +1,142 @@
+"""The gate study: the real gate code replayed on synthetic runs from known distributions.
+
+For each setting (run-to-run noise CV, regression size on one figure) it repeats:
+
+1. record a baseline as ``--update-baselines`` does: ``record_repeats`` runs of every
+   level, tolerances derived from the measured noise (:func:`perfgate.baseline.build_baseline`);
+2. run the gate as ``pytest -m perf`` does: ``repeats`` runs of each level, more while a
+   figure is near its limit (:meth:`perfgate.gate.GatePolicy.after_level`), then judge
+   every baseline figure (:meth:`perfgate.gate.GatePolicy.judge`).
+
+A profile has ``LEVELS`` x 4 figures (aggregate and per-request tok/s, TTFT, acceptance),
+each with independent lognormal noise: the worst case for the family-wise rate. It reports
+how often a profile with no regression fails (false failures) and how often a regressed
+figure is caught, and checks the coverage of the 95% interval at n = 3, 5 and 10.
+
+    python benchmarks/gate_study.py            # the README's table (a few minutes)
+    python benchmarks/gate_study.py --quick    # fewer trials
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+from perfgate.baseline import Baseline, build_baseline
+from perfgate.figures import run_values
+from perfgate.gate import GatePolicy
+from perfgate.metrics import LevelData, Measurement, SpecStats
+from perfgate.stats import Noise, estimate
+
+LEVELS = 9  # x 4 figures = 36, the seeds' sweep scale
+POLICY = GatePolicy(min_runs=3, max_runs=10)  # the shipped defaults
+RECORD_REPEATS = 8
+PLANNED = {"sweep": list(range(1, LEVELS + 1))}
+
+
+def synthetic_run(c: int, rng: random.Random, cv: float, slow: dict[str, float]) -> LevelData:
+    """One run of level ``c``: each figure drawn with lognormal noise, independently;
+    ``slow``: regression factor per figure name."""
+    from perfgate.metrics import Distribution, LevelMetrics
+
+    def draw(name: str, base: float) -> float:
+        return base * math.exp(rng.gauss(0.0, cv)) * slow.get(name, 1.0)
+
+    agg = draw("agg_tok_s", 100.0 * c)
+    per_req = draw("per_request_tok_s", 100.0)
+    ttft = 0.1 * math.exp(rng.gauss(0.0, cv)) / slow.get("ttft_s", 1.0)
+    accept = min(1.0, draw("accept_rate", 0.8))
+    metrics = LevelMetrics(
+        concurrency=c, ok=c, fail=0, output_tokens=100 * c, wall_s=1.0, agg_tok_s=agg,
+        per_request_tok_s=Distribution(p50=per_req, n=c), ttft_s=Distribution(p50=ttft, n=c),
+        tpot_s=Distribution(), itl_s=Distribution(), latency_s=Distribution(),
+    )  # fmt: skip
+    spec = SpecStats(drafts=1000, draft_tokens=4000, accepted=4000 * accept)
+    return LevelData(concurrency=c, start=0, end=1, records=[], metrics=metrics, spec=spec)
+
+
+def run_gate(
+    rng: random.Random, cv: float, policy: GatePolicy, baseline: Baseline, slow: dict[str, float]
+) -> bool:
+    """One gated run, levels measured again as the policy asks; True when it fails."""
+    m = Measurement()
+    for c in PLANNED["sweep"]:
+        runs: list[LevelData] = []
+        while True:
+            runs.append(synthetic_run(c, rng, cv, slow if c == 1 else {}))
+            if policy.after_level("sweep", runs, baseline) == "next":
+                break
+        m.levels += runs
+    return bool(policy.judge({"sweep": m}, baseline, PLANNED).failed)
+
+
+def trial(args: tuple[int, float, float, str]) -> bool:
+    seed, cv, regression, figure = args
+    rng = random.Random(seed)
+    recorded = Measurement(
+        levels=[
+            synthetic_run(c, rng, cv, {}) for c in PLANNED["sweep"] for _ in range(RECORD_REPEATS)
+        ]
+    )
+    baseline = build_baseline(
+        "study", "sim", run_values({"sweep": recorded}), None, {}, POLICY.rule(None)
+    ).baseline
+    slow = {figure: 1.0 - regression} if regression else {}
+    return run_gate(rng, cv, POLICY, baseline, slow)
+
+
+def coverage(n: int, trials: int, cv: float = 0.05) -> float:
+    """Share of 95% intervals (noise known from a recorded baseline) covering the truth."""
+    rng = random.Random(n)
+    hits = 0
+    for _ in range(trials):
+        recorded = Noise.pooled(
+            [Noise.of([math.exp(rng.gauss(0, cv)) for _ in range(RECORD_REPEATS)])
+             for _ in range(LEVELS)]
+        )  # fmt: skip
+        est = estimate([100 * math.exp(rng.gauss(0, cv)) for _ in range(n)], recorded)
+        hits += est.low <= 100.0 <= est.high
+    return hits / trials
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer trials")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    trials_null = 400 if args.quick else 2000
+    trials_hit = 100 if args.quick else 400
+    settings = [(cv, 0.0) for cv in (0.02, 0.03, 0.05, 0.25)]
+    settings += [(cv, r) for cv in (0.02, 0.03, 0.05, 0.25) for r in (0.05, 0.1, 0.2, 0.5)]
+    print(f"{LEVELS * 4} figures a profile; baseline from {RECORD_REPEATS} runs a level; gate "
+          f"{POLICY.min_runs}..{POLICY.max_runs} runs; family-wise rate "
+          f"{POLICY.false_failure_rate:.0%}")  # fmt: skip
+    print("| noise CV | regression | trials | profile fails | note |")
+    print("|---|---|---|---|---|")
+    started = time.monotonic()
+    with ProcessPoolExecutor(args.workers) as pool:
+        for cv, regression in settings:
+            n = trials_null if regression == 0 else trials_hit
+            jobs = [(i * 7919 + int(cv * 1e4) + int(regression * 1e6), cv, regression,
+                     "per_request_tok_s") for i in range(n)]  # fmt: skip
+            fails = sum(pool.map(trial, jobs, chunksize=8))
+            rate = fails / n
+            se = math.sqrt(max(rate * (1 - rate), 1 / n) / n)
+            kind = "false failures" if regression == 0 else "detected"
+            print(f"| {cv:.0%} | {regression:.0%} | {n} | {rate:.1%} ± {se:.1%} | {kind} |",
+                  flush=True)  # fmt: skip
+    print()
+    print("| n runs | 95% interval coverage (CV 5%, 4000 trials) |")
+    print("|---|---|")
+    for n in (3, 5, 10):
+        print(f"| {n} | {coverage(n, 4000):.1%} |")
+    print(f"\n({time.monotonic() - started:.0f} s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

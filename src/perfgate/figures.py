@@ -1,0 +1,138 @@
+"""The gated figures, each defined once.
+
+A figure gives one value per run of a level (the sampling unit of every verdict):
+
+- ``agg_tok_s``: the run's aggregate tok/s (output tokens / wall time);
+- ``per_request_tok_s``: the median over the run's requests of their tok/s;
+- ``ttft_s``: the median over the run's requests of their TTFT;
+- ``accept_rate``: speculative acceptance over the run's measured window.
+
+The table, the gate, ``perfgate compare``, early abort, recording and the diagnosis
+all read :data:`FIGURES`. Keys name a figure of one level of one measurement:
+``<measurement>.c<C>.<figure>``, e.g. ``sweep.c4.agg_tok_s``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from perfgate.metrics import LevelData, Measurement
+from perfgate.stats import Direction
+
+KEY_PATTERN = re.compile(
+    r"^(?P<measurement>[a-z][a-z0-9_]*)\.c(?P<c>[1-9][0-9]*)\.(?P<figure>\w+)$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One gated figure: what it is, which way is better, and its value in one run."""
+
+    name: str
+    title: str
+    unit: str
+    direction: Direction
+    min_tolerance: float  # the floor of a tolerance derived from noise
+    absent_when: str  # why a run may not produce it
+    value: Callable[[LevelData], float | None]
+
+    def run_values(self, runs: Iterable[LevelData]) -> list[float]:
+        """One value per run that produced this figure."""
+        return [v for run in runs if (v := self.value(run)) is not None]
+
+
+def _agg(run: LevelData) -> float | None:
+    return run.metrics.agg_tok_s if run.metrics.ok else None
+
+
+def _per_request(run: LevelData) -> float | None:
+    return run.metrics.per_request_tok_s.p50
+
+
+def _ttft(run: LevelData) -> float | None:
+    return run.metrics.ttft_s.p50
+
+
+def _accept(run: LevelData) -> float | None:
+    return run.spec.accept_rate if run.spec is not None else None
+
+
+FIGURES: tuple[Figure, ...] = (
+    Figure(
+        "agg_tok_s", "Agg tok/s", "tok/s", "higher", 0.02, "no request of the level succeeded", _agg
+    ),
+    Figure(
+        "per_request_tok_s",
+        "Per-req tok/s",
+        "tok/s",
+        "higher",
+        0.02,
+        "no request of the level succeeded",
+        _per_request,
+    ),
+    Figure("ttft_s", "TTFT(s)", "s", "lower", 0.05, "no request streamed a token", _ttft),
+    Figure(
+        "accept_rate",
+        "Accept%",
+        "",
+        "higher",
+        0.02,
+        "no speculative-decoding counters were read (speculation off, or the engine's "
+        "counters renamed or gone)",
+        _accept,
+    ),
+)
+BY_NAME: dict[str, Figure] = {f.name: f for f in FIGURES}
+
+
+def figure_key(measurement: str, concurrency: int, figure: str) -> str:
+    """The key of one gated figure, e.g. ``sweep.c4.agg_tok_s``."""
+    return f"{measurement}.c{concurrency}.{figure}"
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """A parsed figure key."""
+
+    measurement: str
+    concurrency: int
+    figure: Figure
+
+
+def parse_key(key: str) -> Key:
+    """Split a key into measurement, concurrency and figure (ValueError when unknown)."""
+    match = KEY_PATTERN.match(key)
+    if not match or match["figure"] not in BY_NAME:
+        raise ValueError(
+            f"unknown figure {key!r}: keys are <measurement>.c<C>.<figure> with figure one "
+            f"of {', '.join(BY_NAME)}"
+        )
+    return Key(match["measurement"], int(match["c"]), BY_NAME[match["figure"]])
+
+
+def level_values(measurement: str, runs: list[LevelData]) -> dict[str, list[float]]:
+    """Per-run values of every figure one level produced."""
+    c = runs[0].concurrency
+    out = {}
+    for figure in FIGURES:
+        if values := figure.run_values(runs):
+            out[figure_key(measurement, c, figure.name)] = values
+    return out
+
+
+def measurement_values(name: str, measurement: Measurement) -> dict[str, list[float]]:
+    """Per-run values of every figure of a measurement."""
+    out: dict[str, list[float]] = {}
+    for runs in measurement.by_concurrency().values():
+        out.update(level_values(name, runs))
+    return out
+
+
+def run_values(measurements: dict[str, Measurement]) -> dict[str, list[float]]:
+    """Per-run values of every figure of every measurement of a run."""
+    out: dict[str, list[float]] = {}
+    for name, measurement in measurements.items():
+        out.update(measurement_values(name, measurement))
+    return out

@@ -1,0 +1,197 @@
+"""The gate policy, pure: when to stop a sweep, when to measure a level again, what to
+judge, and whether a run may become a baseline.
+
+No I/O and no server: every method takes measurements and a baseline and returns a
+decision, so the policy is unit-tested on synthetic runs and replayed by the gate study
+(``benchmarks/gate_study.py``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from perfgate.baseline import Baseline, Check, compare, missing
+from perfgate.figures import BY_NAME, figure_key, level_values, parse_key, run_values
+from perfgate.metrics import LevelData, Measurement
+from perfgate.stats import Rule, comparison, estimate, limits, t_quantile
+
+Step = Literal["repeat", "next"]
+MIN_RECORD_RUNS = 3
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    """What the gate decides, from the profile's ``[gate]`` settings.
+
+    - ``min_runs``: runs of each level before a verdict (``gate.repeats``);
+    - ``max_runs``: at most, for a level near its limit (+ ``gate.max_extra_repeats``);
+    - ``abort_below``: stop a sweep at once when a tok/s figure of a level's first run is
+      below this share of the baseline, beyond noise (0: never);
+    - ``false_failure_rate``: the family-wise rate of noise failures for a whole profile;
+    - ``retired``: baseline keys (glob patterns) the profile no longer measures.
+    """
+
+    min_runs: int = 3
+    max_runs: int = 10
+    abort_below: float = 0.5
+    false_failure_rate: float = 0.01
+    retired: tuple[str, ...] = ()
+    recording: bool = False
+
+    def rule(self, baseline: Baseline | None, runs: int | None = None) -> Rule:
+        """The statistical rule for a baseline's family of figures; ``runs``: force the
+        final decision at this many runs (no more can be measured)."""
+        figures = len(baseline.metrics) if baseline else 1
+        if runs is None:
+            return Rule(self.min_runs, self.max_runs, figures, self.false_failure_rate)
+        return Rule(min(self.min_runs, runs), runs, figures, self.false_failure_rate)
+
+    # -- during a sweep --------------------------------------------------------------
+    def abort_reason(self, name: str, run: LevelData, baseline: Baseline | None) -> str | None:
+        """Why a sweep should stop right after this first run of a level: a tok/s figure
+        under ``abort_below`` of the baseline, and beyond the noise the baseline knows."""
+        if baseline is None or self.abort_below <= 0 or self.recording:
+            return None
+        rule = self.rule(baseline)
+        for key, values in level_values(name, [run]).items():
+            exp = baseline.metrics.get(key)
+            if exp is None or exp.direction != "higher" or parse_key(key).figure.unit != "tok/s":
+                continue
+            value = values[0]
+            if value >= self.abort_below * exp.value:
+                continue
+            est = estimate(values, exp.noise)
+            worst, better = limits(exp.value, exp.tolerance, exp.direction)
+            cmp = comparison(est, exp.value, worst, better, exp.direction, exp.runs)
+            z = t_quantile(1 - rule.per_figure_rate, cmp.df)
+            if cmp.error is not None and cmp.drift + z * cmp.error >= 0:
+                continue  # this far below is within the recorded noise: measure on
+            return (
+                f"early abort at C={run.concurrency}: {key} {value:.4g} {exp.unit} is below "
+                f"{self.abort_below:.0%} of the baseline {exp.value:.4g} {exp.unit}"
+            )
+        return None
+
+    def after_level(self, name: str, runs: Sequence[LevelData], baseline: Baseline | None) -> Step:
+        """Measure this level again, or move on: the minimum runs first; then again while
+        any figure is near its limit (either side), up to ``max_runs``."""
+        if len(runs) < self.min_runs:
+            return "repeat"
+        if self.recording or baseline is None or len(runs) >= self.max_runs:
+            return "next"
+        rule = self.rule(baseline)
+        for key, values in level_values(name, list(runs)).items():
+            if (exp := baseline.metrics.get(key)) is not None and compare(key, values, exp, rule)[
+                1
+            ]:
+                return "repeat"
+        return "next"
+
+    # -- at the end ------------------------------------------------------------------
+    def judge(
+        self,
+        measurements: Mapping[str, Measurement],
+        baseline: Baseline | None,
+        planned: Mapping[str, Sequence[int]],
+    ) -> Verdicts:
+        """Every baseline figure judged: measured ones against their limits, the others
+        MISSING with the reason; figures measured without a baseline are listed too."""
+        values = run_values(dict(measurements))
+        expected = baseline.metrics if baseline else {}
+        checks: list[Check] = []
+        retired: list[str] = []
+        for key, exp in expected.items():
+            if any(fnmatch.fnmatchcase(key, pattern) for pattern in self.retired):
+                retired.append(key)
+            elif key in values:
+                n = len(values[key])
+                checks.append(compare(key, values[key], exp, self.rule(baseline, n))[0])
+            else:
+                checks.append(missing(key, missing_reason(key, measurements, planned), exp))
+        for key in values.keys() - expected.keys():
+            checks.append(compare(key, values[key], None, self.rule(None))[0])
+        return Verdicts(checks, retired)
+
+    def recording_problems(
+        self,
+        measurements: Mapping[str, Measurement],
+        *,
+        status: str,
+        correctness_failures: Sequence[str],
+    ) -> list[str]:
+        """Why this run must not become a baseline ([] when it may)."""
+        problems = []
+        if status != "passed":
+            problems.append(f"the run {status}; only a passed, complete run is recorded")
+        if correctness_failures:
+            problems.append(f"correctness failed ({'; '.join(correctness_failures)})")
+        if not measurements:
+            problems.append("nothing was measured")
+        for name, m in measurements.items():
+            if m.aborted or m.not_run:
+                problems.append(f"{name}: levels not run: {m.not_run} {m.aborted or ''}".strip())
+            failed = sum(lv.metrics.fail for lv in m.levels)
+            if failed:
+                problems.append(f"{name}: {failed} requests failed")
+            for c, runs in m.by_concurrency().items():
+                if len(runs) < MIN_RECORD_RUNS:
+                    problems.append(
+                        f"{name} C={c}: {len(runs)} runs; a baseline needs at least "
+                        f"{MIN_RECORD_RUNS} to measure its noise (--perf-repeats 5)"
+                    )
+        return problems
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """Every check of a run, and the baseline figures the profile retired."""
+
+    checks: list[Check]
+    retired: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[Check]:
+        """Checks that fail the build."""
+        return [c for c in self.checks if c.failed]
+
+    def of(self, verdict: str) -> list[Check]:
+        """Checks with one verdict."""
+        return [c for c in self.checks if c.verdict == verdict]
+
+    @property
+    def judged(self) -> list[Check]:
+        """Checks against a baseline figure that was measured."""
+        return [c for c in self.checks if c.verdict not in ("missing", "no-baseline")]
+
+
+def missing_reason(
+    key: str, measurements: Mapping[str, Measurement], planned: Mapping[str, Sequence[int]]
+) -> str:
+    """Why a run produced no value for a baseline figure."""
+    parsed = parse_key(key)
+    name, c = parsed.measurement, parsed.concurrency
+    if name not in planned:
+        return (
+            f"the profile has no {name!r} measurement; retire the figure with gate.retired "
+            "or re-record the baseline"
+        )
+    if c not in planned[name]:
+        return (
+            f"C={c} is not one of the profile's {name} levels {list(planned[name])}; retire "
+            f'it with gate.retired = ["{name}.c{c}.*"] or re-record the baseline'
+        )
+    m = measurements.get(name)
+    if m is None:
+        return (
+            f"the {name} measurement did not run in this session (test deselected with -k "
+            "or -m, skipped, --benchmark-skip, or failed before measuring)"
+        )
+    if c in m.not_run or c not in m.by_concurrency():
+        why = f"; {m.aborted}" if m.aborted else ""
+        return f"level C={c} did not run{why}"
+    figure = BY_NAME[parsed.figure.name]
+    assert figure_key(name, c, figure.name) == key
+    return f"level C={c} ran but produced no {figure.name}: {figure.absent_when}"

@@ -1,0 +1,130 @@
+"""The gate policy on synthetic runs: abort, measure again, judge every figure, record."""
+
+from perfgate.baseline import build_baseline
+from perfgate.figures import run_values
+from perfgate.gate import GatePolicy
+from perfgate.stats import Rule
+from tests.synthetic import level_run, measurement
+
+PLANNED = {"single": [1], "sweep": [1, 2, 4]}
+NOISY = [100.0, 97.0, 103.0, 99.0, 101.0, 98.0, 102.0, 100.5]
+
+
+def recorded(accept=None):
+    """A baseline recorded from 8 runs of each level (about 2% noise)."""
+    runs = {
+        "single": measurement({1: NOISY}, accept=accept),
+        "sweep": measurement({c: NOISY for c in (1, 2, 4)}, accept=accept),
+    }
+    return build_baseline("p", "h", run_values(runs), None, {}, Rule(3, 10)).baseline
+
+
+def test_every_baseline_figure_is_judged_and_absent_ones_are_missing():
+    base = recorded(accept=0.8)
+    policy = GatePolicy()
+    # speculation counters gone, C=4 not run, the single measurement deselected
+    sweep = measurement({1: NOISY[:3], 2: NOISY[:3]})
+    sweep.not_run = [4]
+    verdicts = policy.judge({"sweep": sweep}, base, PLANNED)
+    missing = {c.key: c.why for c in verdicts.of("missing")}
+    assert "sweep.c1.accept_rate" in missing and "speculative" in missing["sweep.c1.accept_rate"]
+    assert "did not run" in missing["sweep.c4.agg_tok_s"]
+    assert "deselected" in missing["single.c1.per_request_tok_s"]
+    assert verdicts.failed and all(c.verdict == "pass" for c in verdicts.judged)
+    assert "MISSING" in verdicts.of("missing")[0].message()
+
+
+def test_a_level_dropped_from_the_profile_is_missing_until_retired():
+    base = recorded()
+    sweep = measurement({1: NOISY[:3], 2: NOISY[:3]})
+    runs = {"single": measurement({1: NOISY[:3]}), "sweep": sweep}
+    planned = {"single": [1], "sweep": [1, 2]}
+    why = {c.key: c.why for c in GatePolicy().judge(runs, base, planned).of("missing")}
+    assert "not one of the profile's sweep levels" in why["sweep.c4.agg_tok_s"]
+    retired = GatePolicy(retired=("sweep.c4.*",)).judge(runs, base, planned)
+    assert not retired.failed and "sweep.c4.ttft_s" in retired.retired
+
+
+def test_a_halved_server_regresses():
+    base = recorded()
+    slow = [v / 2 for v in NOISY[:3]]
+    runs = {"single": measurement({1: slow}), "sweep": measurement({c: slow for c in (1, 2, 4)})}
+    verdicts = GatePolicy().judge(runs, base, PLANNED)
+    assert {c.key for c in verdicts.of("regressed")} >= {
+        "single.c1.per_request_tok_s",
+        "sweep.c4.agg_tok_s",
+    }
+
+
+def test_early_abort_needs_the_figure_far_below_and_beyond_noise():
+    base = recorded()
+    policy = GatePolicy(abort_below=0.5)
+    assert policy.abort_reason("sweep", level_run(1, 40.0), base).startswith(
+        "early abort at C=1: sweep.c1.agg_tok_s"
+    )
+    assert policy.abort_reason("sweep", level_run(1, 90.0), base) is None
+    assert (
+        GatePolicy(abort_below=0.5, recording=True).abort_reason("sweep", level_run(1, 40.0), base)
+        is None
+    )
+    # a baseline whose runs vary by a factor of 3: half the baseline is within its noise
+    wild = build_baseline(
+        "p", "h", run_values({"sweep": measurement({1: [40.0, 100.0, 150.0]})}), None, {},
+        Rule(3, 10),
+    ).baseline  # fmt: skip
+    assert policy.abort_reason("sweep", level_run(1, 45.0), wild) is None
+
+
+def test_levels_are_measured_again_only_while_near_the_limit():
+    base = recorded()
+    policy = GatePolicy(min_runs=3, max_runs=6)
+    runs = [level_run(1, v, repeat=i) for i, v in enumerate(NOISY[:2])]
+    assert policy.after_level("sweep", runs, base) == "repeat"  # below the minimum
+    runs.append(level_run(1, 100.0, repeat=2))
+    assert policy.after_level("sweep", runs, base) == "next"  # clearly within
+    tol = base.metrics["sweep.c1.per_request_tok_s"].tolerance
+    edge = 100.0 * (1 - tol)
+    near = [level_run(1, edge * f, repeat=i) for i, f in enumerate((0.99, 1.01, 1.0))]
+    assert policy.after_level("sweep", near, base) == "repeat"
+    near += [level_run(1, edge, repeat=i) for i in range(3, 6)]
+    assert policy.after_level("sweep", near, base) == "next"  # the most runs allowed
+
+
+def test_only_a_passed_complete_run_of_enough_runs_may_be_recorded():
+    policy = GatePolicy(recording=True)
+    full = {"sweep": measurement({1: NOISY[:3]})}
+    assert policy.recording_problems(full, status="passed", correctness_failures=[]) == []
+    assert (
+        "interrupted"
+        in policy.recording_problems(full, status="interrupted", correctness_failures=[])[0]
+    )
+    short = {"sweep": measurement({1: NOISY[:2]})}
+    assert (
+        "at least 3"
+        in policy.recording_problems(short, status="passed", correctness_failures=[])[0]
+    )
+    aborted = {"sweep": measurement({1: NOISY[:3]})}
+    aborted["sweep"].not_run = [2, 4]
+    assert (
+        "levels not run"
+        in policy.recording_problems(aborted, status="passed", correctness_failures=[])[0]
+    )
+    failing = {"sweep": measurement({1: NOISY[:3]}, fail=1)}
+    assert "requests failed" in " ".join(
+        policy.recording_problems(failing, status="passed", correctness_failures=[])
+    )
+    assert policy.recording_problems({}, status="passed", correctness_failures=["t::x"])
+
+
+def test_recording_merges_keeps_unmeasured_figures_and_derives_tolerances():
+    base = recorded()
+    only_sweep = run_values({"sweep": measurement({1: [v * 1.1 for v in NOISY]})})
+    again = build_baseline("p", "h", only_sweep, base, {}, Rule(3, 10))
+    assert "single.c1.per_request_tok_s" in again.kept
+    assert (
+        again.baseline.metrics["single.c1.per_request_tok_s"]
+        == base.metrics["single.c1.per_request_tok_s"]
+    )
+    exp = again.baseline.metrics["sweep.c1.agg_tok_s"]
+    assert exp.tolerance_source == "derived" and exp.runs == 8 and exp.noise_sigma
+    assert exp.value == (100.0 * 1.1 + 100.5 * 1.1) / 2  # the median of the 8 runs
