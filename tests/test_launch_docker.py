@@ -18,7 +18,13 @@ from perfgate.errors import BackendError, BackendStartError
 from perfgate.launch.docker import OWNER_LABEL, launch_docker
 from perfgate.launch.hardware import describe_local_hardware
 from perfgate.profile import load_profile_file
-from tests.helpers import fake_nvidia_smi, interrupt_perf_run, launcher_profile, run_pytest
+from tests.helpers import (
+    fake_nvidia_smi,
+    floor_baselines,
+    interrupt_perf_run,
+    launcher_profile,
+    run_pytest,
+)
 from tests.services import LLAMA_IMAGE, PodmanService, build_llama_image
 
 pytestmark = pytest.mark.engine
@@ -52,7 +58,12 @@ def test_perf_run_in_a_container_as_a_user_runs_it(podman, tmp_path):
     )
     path.write_text(text)
     result = run_pytest(
-        "suites/perf", "-m", "perf", f"--profile={path}", f"--perf-output={tmp_path / 'out'}"
+        "suites/perf",
+        "-m",
+        "perf",
+        f"--profile={path}",
+        floor_baselines(path),
+        f"--perf-output={tmp_path / 'out'}",
     )
     out = result.stdout + result.stderr
     assert result.returncode == 0, out

@@ -18,6 +18,7 @@ from perfgate.launch.ssh import launch_ssh
 from perfgate.profile import load_profile_file
 from tests.helpers import (
     fake_nvidia_smi,
+    floor_baselines,
     interrupt_perf_run,
     launcher_profile,
     owned_server_pids,
@@ -42,7 +43,12 @@ def ssh_profile(tmp_path, sshd, name="tiny-ssh"):
 def test_perf_run_on_a_remote_host_as_a_user_runs_it(sshd, tmp_path):
     path = ssh_profile(tmp_path, sshd)
     result = run_pytest(
-        "suites/perf", "-m", "perf", f"--profile={path}", f"--perf-output={tmp_path / 'out'}"
+        "suites/perf",
+        "-m",
+        "perf",
+        f"--profile={path}",
+        floor_baselines(path),
+        f"--perf-output={tmp_path / 'out'}",
     )
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
