@@ -146,8 +146,9 @@ def interrupt_pytest(
 
 
 def floor_baselines(profile: Path) -> str:
-    """A baselines directory holding only a hardware-independent floor (0.05 tok/s at C=1: through the ssh forward the first requests are slow) for
-    ``profile``, so a launcher test's perf run is gated; returns the pytest option."""
+    """A baselines directory holding only a hardware-independent floor for ``profile``
+    (0.05 tok/s at C=1: through the ssh forward the first requests are slow), so a
+    launcher test's perf run is gated; returns the pytest option."""
     import re
 
     name = re.search(r'^name = "([^"]+)"', profile.read_text(), re.M)
