@@ -35,7 +35,8 @@ from perfgate.stats import Noise, estimate
 LEVELS = 9  # x 4 figures = 36, the seeds' sweep scale
 POLICY = GatePolicy(min_runs=3, max_runs=10)  # the shipped defaults
 RECORD_REPEATS = 8
-PLANNED = {"sweep": list(range(1, LEVELS + 1))}
+CPU_LEVELS = 3  # the embedded default's size: 12 figures (its single and sweep C=1,2,4)
+FIGURE = "per_request_tok_s"  # the regressed figure of the one-figure rows
 
 
 def synthetic_run(c: int, rng: random.Random, cv: float, slow: dict[str, float]) -> LevelData:
@@ -60,33 +61,49 @@ def synthetic_run(c: int, rng: random.Random, cv: float, slow: dict[str, float])
 
 
 def run_gate(
-    rng: random.Random, cv: float, policy: GatePolicy, baseline: Baseline, slow: dict[str, float]
-) -> bool:
-    """One gated run, levels measured again as the policy asks; True when it fails."""
+    rng: random.Random,
+    cv: float,
+    planned: dict[str, list[int]],
+    baseline: Baseline,
+    slow: dict[str, float],
+    everywhere: bool,
+) -> set[str]:
+    """One gated run, levels measured again as the policy asks; the keys that failed.
+    ``slow`` applies to C=1 only, or to every level when ``everywhere``."""
     m = Measurement()
-    for c in PLANNED["sweep"]:
+    for c in planned["sweep"]:
         runs: list[LevelData] = []
         while True:
-            runs.append(synthetic_run(c, rng, cv, slow if c == 1 else {}))
-            if policy.after_level("sweep", runs, baseline) == "next":
+            runs.append(synthetic_run(c, rng, cv, slow if everywhere or c == 1 else {}))
+            if POLICY.after_level("sweep", runs, baseline) == "next":
                 break
         m.levels += runs
-    return bool(policy.judge({"sweep": m}, baseline, PLANNED).failed)
+    return {check.key for check in POLICY.judge({"sweep": m}, baseline, planned).failed}
 
 
-def trial(args: tuple[int, float, float, str]) -> bool:
-    seed, cv, regression, figure = args
+def trial(args: tuple[int, float, float, int, bool]) -> bool:
+    """One record-then-gate trial. No regression: whether any figure failed (a false
+    failure). A regression: whether a regressed figure failed (detection)."""
+    seed, cv, regression, levels, everywhere = args
+    planned = {"sweep": list(range(1, levels + 1))}
     rng = random.Random(seed)
     recorded = Measurement(
         levels=[
-            synthetic_run(c, rng, cv, {}) for c in PLANNED["sweep"] for _ in range(RECORD_REPEATS)
+            synthetic_run(c, rng, cv, {}) for c in planned["sweep"] for _ in range(RECORD_REPEATS)
         ]
     )
     baseline = build_baseline(
         "study", "sim", run_values({"sweep": recorded}), None, {}, POLICY.rule(None)
     ).baseline
-    slow = {figure: 1.0 - regression} if regression else {}
-    return run_gate(rng, cv, POLICY, baseline, slow)
+    if not regression:
+        return bool(run_gate(rng, cv, planned, baseline, {}, everywhere))
+    factor = 1.0 - regression
+    slow = {"agg_tok_s": factor, "per_request_tok_s": factor, "ttft_s": factor}
+    failed = run_gate(
+        rng, cv, planned, baseline, slow if everywhere else {FIGURE: factor}, everywhere
+    )
+    return any(key.endswith(tuple(slow)) if everywhere else key == f"sweep.c1.{FIGURE}"
+               for key in failed)  # fmt: skip
 
 
 def coverage(n: int, trials: int, cv: float = 0.05) -> float:
@@ -108,27 +125,35 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer trials")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    trials_null = 400 if args.quick else 2000
+    trials_null = 500 if args.quick else 4000
     trials_hit = 100 if args.quick else 400
-    settings = [(cv, 0.0) for cv in (0.02, 0.03, 0.05, 0.25)]
-    settings += [(cv, r) for cv in (0.02, 0.03, 0.05, 0.25) for r in (0.05, 0.1, 0.2, 0.5)]
-    print(f"{LEVELS * 4} figures a profile; baseline from {RECORD_REPEATS} runs a level; gate "
-          f"{POLICY.min_runs}..{POLICY.max_runs} runs; family-wise rate "
-          f"{POLICY.false_failure_rate:.0%}")  # fmt: skip
-    print("| noise CV | regression | trials | profile fails | note |")
-    print("|---|---|---|---|---|")
+    # (CV, regression, levels of 4 figures, regression on every level's tok/s and TTFT)
+    settings = [(cv, 0.0, LEVELS, False) for cv in (0.02, 0.03, 0.05, 0.25)]
+    settings += [
+        (cv, r, LEVELS, False) for cv in (0.02, 0.03, 0.05, 0.25) for r in (0.05, 0.1, 0.2, 0.5)
+    ]
+    settings += [(0.25, 0.0, CPU_LEVELS, False), (0.25, 0.5, CPU_LEVELS, False)]
+    settings += [(0.25, 0.5, CPU_LEVELS, True), (0.25, 0.5, LEVELS, True)]
+    print(f"baseline from {RECORD_REPEATS} runs a level; gate {POLICY.min_runs}..{POLICY.max_runs} "
+          f"runs a level; family-wise rate {POLICY.false_failure_rate:.0%}")  # fmt: skip
+    print("| figures | noise CV | regression | trials | rate | what |")
+    print("|---|---|---|---|---|---|")
     started = time.monotonic()
     with ProcessPoolExecutor(args.workers) as pool:
-        for cv, regression in settings:
+        for cv, regression, levels, everywhere in settings:
             n = trials_null if regression == 0 else trials_hit
-            jobs = [(i * 7919 + int(cv * 1e4) + int(regression * 1e6), cv, regression,
-                     "per_request_tok_s") for i in range(n)]  # fmt: skip
-            fails = sum(pool.map(trial, jobs, chunksize=8))
-            rate = fails / n
+            jobs = [(i * 7919 + int(cv * 1e4) + int(regression * 1e6) + levels, cv, regression,
+                     levels, everywhere) for i in range(n)]  # fmt: skip
+            rate = sum(pool.map(trial, jobs, chunksize=8)) / n
             se = math.sqrt(max(rate * (1 - rate), 1 / n) / n)
-            kind = "false failures" if regression == 0 else "detected"
-            print(f"| {cv:.0%} | {regression:.0%} | {n} | {rate:.1%} ± {se:.1%} | {kind} |",
-                  flush=True)  # fmt: skip
+            if regression == 0:
+                what = "false failures (any figure failed)"
+            elif everywhere:
+                what = "whole server slower: some tok/s or TTFT figure caught"
+            else:
+                what = f"one figure slower ({FIGURE} at C=1): that figure caught"
+            print(f"| {levels * 4} | {cv:.0%} | {regression:.0%} | {n} | {rate:.1%} ± {se:.1%} "
+                  f"| {what} |", flush=True)  # fmt: skip
     print()
     print("| n runs | 95% interval coverage (CV 5%, 4000 trials) |")
     print("|---|---|")

@@ -306,3 +306,20 @@ def test_vllm_cpu_real_ngram_speculation():
     assert counters is not None
     assert (counters.drafts, counters.draft_tokens, counters.accepted) == (17, 51, 31)
     assert counters.accepted_per_position == (11, 10, 10)
+
+
+def test_an_attached_servers_unknown_command_line_is_not_a_change():
+    old = {
+        "threads": Fact(value=2, source="command"),
+        "spec_accept_rate": Fact(value=0.99, source="measured"),
+    }
+    attached = {"spec_accept_rate": Fact(value=0.02, source="measured")}
+    assert [c.key for c in fact_changes(old, attached)] == ["spec_accept_rate"]
+    launched = {**attached, "ctx_size": Fact(value=4096, source="command")}
+    assert "threads" in [c.key for c in fact_changes(old, launched)]  # really dropped
+
+
+def test_missing_acceptance_counters_are_named_as_a_cause():
+    gone = Check(key="sweep.c1.accept_rate", verdict="missing", why="no counters", baseline=0.9)
+    causes = likely_causes({}, {}, [gone])
+    assert causes[0].text == "no speculative-decoding counters read (baseline 90.0%)"

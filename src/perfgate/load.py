@@ -93,6 +93,49 @@ def pooled_client(base_url: str, max_connections: int, timeout_s: float) -> http
     )
 
 
+RoundRunner = Callable[[Callable[[], None], int], None]
+
+
+def plain_rounds(one_round: Callable[[], None], rounds: int) -> None:
+    """Run rounds one after another (pytest-benchmark's ``pedantic`` is the other runner)."""
+    for _ in range(rounds):
+        one_round()
+
+
+class SequentialClient:
+    """Blocking requests one after another on one pooled connection (the single-request
+    measurement, where each request is a pytest-benchmark round). Close it when done."""
+
+    def __init__(self, base_url: str, plan: RequestPlan) -> None:
+        self.plan = plan
+        self._loop = asyncio.new_event_loop()
+        self._client = pooled_client(base_url, 1, plan.request_timeout_s)
+        self.sent = 0
+
+    def send(self, prompt: str) -> RequestRecord:
+        """One streamed request, its output checked (:meth:`RequestPlan.checked`)."""
+        plan = self.plan
+        body = request_body(plan.api, plan.model, prompt, plan.output_len, **plan.extras)
+        record = self._loop.run_until_complete(
+            stream_request(
+                self._client,
+                body,
+                index=self.sent,
+                api=plan.api,
+                timeout_s=plan.request_timeout_s,
+                reasoning_fields=plan.reasoning_fields,
+            )
+        )
+        self.sent += 1
+        return plan.checked(record)
+
+    def close(self) -> None:
+        """Close the connection, the streams' generators and the event loop."""
+        self._loop.run_until_complete(self._client.aclose())
+        self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+        self._loop.close()
+
+
 async def _run_requests(
     client: httpx.AsyncClient,
     plan: RequestPlan,

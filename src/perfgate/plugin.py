@@ -168,6 +168,9 @@ def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "perf: performance suite, compared with baselines/")
     config.addinivalue_line("markers", "correctness: correctness suite, runs before perf")
+    config.addinivalue_line(
+        "markers", "usability: a correctness check whose failure leaves perf unmeasured"
+    )
     config.stash[SUMMARY_KEY] = []
     root = config.rootpath
     profiles_dir = root / config.getini("perfgate_profiles_dir")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,22 @@ class RunRecord(BaseModel):
     def write(self, path: Path) -> None:
         """Write atomically as JSON."""
         write_json_atomic(path, self.model_dump_json(indent=1) + "\n")
+
+
+def git_commit(root: Path) -> str | None:
+    """The project's current commit, where it is a git checkout."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
 
 
 def load_run(path: Path) -> RunRecord:

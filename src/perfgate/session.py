@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import random
 import shutil
-import subprocess
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,44 +33,29 @@ from perfgate.baseline import (
     save_baseline,
     save_golden,
 )
-from perfgate.client import RequestRecord, SimpleClient, request_body, stream_request
+from perfgate.client import RequestRecord, SimpleClient
 from perfgate.diagnose import Diagnosis, diagnose
 from perfgate.engines import Engine, Facts, get_engine
 from perfgate.errors import BackendError, BaselineError, WorkloadError
 from perfgate.figures import run_values
-from perfgate.gate import GatePolicy, Verdicts
+from perfgate.gate import GatePolicy, Verdicts, choose_baseline
 from perfgate.launch import AttachedBackend, Backend, launch
-from perfgate.load import Decision, LevelRun, RequestPlan, pooled_client, run_sweep
+from perfgate.load import (
+    Decision,
+    LevelRun,
+    RequestPlan,
+    RoundRunner,
+    SequentialClient,
+    plain_rounds,
+    run_sweep,
+)
 from perfgate.metrics import LevelData, Measurement
 from perfgate.observe import SpecWindow, read_facts, rejected_extras, short_outputs
 from perfgate.profile import Profile, load_profile
-from perfgate.report import RunRecord, render_table
+from perfgate.report import RunRecord, git_commit, render_table
 from perfgate.workload import Prompt, Tokenizer, approximate_prompts, build_prompts
 
 Progress = Callable[[str], None]
-RoundRunner = Callable[[Callable[[], None], int], None]
-
-
-def git_commit(root: Path) -> str | None:
-    """The project's current commit, where it is a git checkout."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None
-
-
-def plain_rounds(one_round: Callable[[], None], rounds: int) -> None:
-    """Run rounds one after another (pytest-benchmark's ``pedantic`` is the other runner)."""
-    for _ in range(rounds):
-        one_round()
 
 
 @dataclass(frozen=True)
@@ -193,10 +177,7 @@ class PerfgateSession:
         self.hardware = {**hardware, "key": key, "label": self.profile.hardware}
         self.hardware_key = key
         self.run.hardware = self.hardware
-        exact = self.known_baselines.get(key)
-        fallback = self.known_baselines.get(ANY_HARDWARE)
-        self.baseline = exact or fallback
-        self.baseline_tier = "exact" if exact else "any" if fallback else "none"
+        self.baseline, self.baseline_tier = choose_baseline(self.known_baselines, key)
         self.baseline_path = baseline_path(self.baselines_dir, self.profile.name, key)
         self.golden = load_golden(golden_path(self.baseline_path))
         self.run.notes.append(self.tier_note())
@@ -473,27 +454,12 @@ class PerfgateSession:
         measurement = Measurement()
         self.run.measurements[name] = measurement
         self.progress(f"perfgate: {name}: {rounds} sequential requests a run, {warmup} warmup")
-        loop = asyncio.new_event_loop()
-        client = pooled_client(backend.base_url, 1, plan.request_timeout_s)
+        client = SequentialClient(backend.base_url, plan)
         records: list[RequestRecord] = []
         queue = iter(prompts)
 
         def send() -> RequestRecord:
-            body = request_body(
-                plan.api, plan.model, next(queue).text, plan.output_len, **plan.extras
-            )
-            return plan.checked(
-                loop.run_until_complete(
-                    stream_request(
-                        client,
-                        body,
-                        index=len(records),
-                        api=plan.api,
-                        timeout_s=plan.request_timeout_s,
-                        reasoning_fields=plan.reasoning_fields,
-                    )
-                )
-            )
+            return client.send(next(queue).text)
 
         def one_round() -> None:
             records.append(send())
@@ -515,6 +481,10 @@ class PerfgateSession:
             if not records:  # a runner that ran nothing (e.g. benchmarks disabled oddly)
                 plain_rounds(one_round, rounds)
             runs = close_run(0, 0)
+            if reason := policy.abort_reason(name, runs[0], self.baseline):
+                measurement.aborted = reason
+                self.progress(f"perfgate: {reason}; no more runs")
+                return measurement
             while policy.after_level(name, runs, self.baseline) == "repeat":
                 if len(runs) >= policy.min_runs:
                     self.progress(f"perfgate: {name} near its limit; {rounds} more requests")
@@ -523,9 +493,7 @@ class PerfgateSession:
                 plain_rounds(one_round, rounds)
                 runs = close_run(first, len(runs))
         finally:
-            loop.run_until_complete(client.aclose())
-            loop.run_until_complete(loop.shutdown_asyncgens())  # streams' generators
-            loop.close()
+            client.close()
         return measurement
 
     def verdicts(self) -> Verdicts:
@@ -600,11 +568,10 @@ class PerfgateSession:
             *diff_lines(previous, recorded),
         ]
         if self.golden_outputs is not None:
-            old_golden = load_golden(golden_path(self.baseline_path))
-            if old_golden is not None:
+            if self.golden is not None:  # the file recording replaces, read at start
                 changed = [
                     d
-                    for d in compare_golden(old_golden, self.golden_outputs.outputs)
+                    for d in compare_golden(self.golden, self.golden_outputs.outputs)
                     if not d.exact
                 ]
                 lines += [f"perfgate: golden output changed: {d.message()}" for d in changed]
