@@ -128,3 +128,40 @@ def test_recording_merges_keeps_unmeasured_figures_and_derives_tolerances():
     exp = again.baseline.metrics["sweep.c1.agg_tok_s"]
     assert exp.tolerance_source == "derived" and exp.runs == 8 and exp.noise_sigma
     assert exp.value == (100.0 * 1.1 + 100.5 * 1.1) / 2  # the median of the 8 runs
+
+
+def test_scaling_is_each_runs_aggregate_over_the_c1_median():
+    from perfgate.figures import measurement_values
+
+    # level_run(c, tok_s): aggregate = c x tok_s
+    m = measurement({1: [100.0, 80.0, 110.0], 4: [50.0, 40.0]})
+    values = measurement_values("sweep", m)
+    # run i of C=4 over run i of C=1: 200 / 100 and 160 / 80
+    assert values["sweep.c4.scaling"] == [2.0, 2.0]
+    assert "sweep.c1.scaling" not in values
+    recorded = build_baseline("p", "h", values, None, {}, Rule(3, 10)).baseline
+    assert not any(k.endswith(".scaling") for k in recorded.metrics)  # hand-set targets only
+
+
+def test_a_server_that_stopped_batching_fails_the_any_hardware_scaling_target():
+    """The embedded default's hardware-independent target: C=4 gives at least 1.1x the
+    aggregate tok/s of C=1, on any machine. A server that serializes requests does not."""
+    from perfgate.baseline import load_baseline
+    from tests.helpers import ROOT
+
+    target = load_baseline(ROOT / "baselines" / "llamacpp-gemma3-270m" / "any.json")
+    key = "sweep.c4.scaling"
+    assert target.metrics[key].value == 1.1
+    planned = {"single": [1], "sweep": [1, 2, 4]}
+    # slow machine, batching fine: 4 requests at 5 tok/s each vs 1 at 12 tok/s -> 1.67x
+    fine = {"sweep": measurement({1: [12.0, 11.5, 12.5], 2: [8.0] * 3, 4: [5.0, 4.8, 5.2]})}
+    checks = {c.key: c for c in GatePolicy().judge(fine, target, planned).checks}
+    assert not checks[key].failed
+    # fast machine, one request at a time: aggregate flat, 4 x 15 vs 60 -> 1.0x (with 10
+    # runs of each level; from 3 the noise of the runs alone cannot tell 1.0 from 1.1)
+    c1 = [60.0, 58.0, 62.0, 59.0, 61.0, 60.5, 59.5, 60.2, 59.8, 60.1]
+    c4 = [15.0, 14.6, 15.3, 15.1, 14.9, 15.2, 14.8, 15.0, 15.05, 14.95]
+    serial = {"sweep": measurement({1: c1, 2: [30.0] * 3, 4: c4})}
+    checks = {c.key: c for c in GatePolicy().judge(serial, target, planned).checks}
+    assert checks[key].verdict == "regressed", checks[key].message()
+    assert checks["sweep.c1.agg_tok_s"].verdict != "regressed"  # fast enough in absolute terms

@@ -274,6 +274,7 @@ def build_baseline(
     the measured noise (:func:`perfgate.stats.derived_tolerance`) for a profile of this
     many figures. Previous figures this run did not measure are kept, and listed.
     """
+    values = {k: v for k, v in values.items() if parse_key(k).figure.recorded}
     noise = kind_noise(values)
     kept = sorted(previous.metrics.keys() - values.keys()) if previous else []
     family = Rule(

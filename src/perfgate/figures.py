@@ -5,7 +5,12 @@ A figure gives one value per run of a level (the sampling unit of every verdict)
 - ``agg_tok_s``: the run's aggregate tok/s (output tokens / wall time);
 - ``per_request_tok_s``: the median over the run's requests of their tok/s;
 - ``ttft_s``: the median over the run's requests of their TTFT;
-- ``accept_rate``: speculative acceptance over the run's measured window.
+- ``accept_rate``: speculative acceptance over the run's measured window;
+- ``scaling`` (levels above C=1): the aggregate tok/s of run i of the level over that of
+  run i of C=1 (paired, so runs stay independent samples): the shape of concurrency
+  scaling, which holds across machines where absolute tok/s does not. It is a
+  hand-set, hardware-independent target (``any.json``); recording leaves it out, as an
+  exact baseline holds every level's tok/s already.
 
 The table, the gate, ``perfgate compare``, early abort, recording and the diagnosis
 all read :data:`FIGURES`. Keys name a figure of one level of one measurement:
@@ -37,6 +42,7 @@ class Figure:
     min_tolerance: float  # the floor of a tolerance derived from noise
     absent_when: str  # why a run may not produce it
     value: Callable[[LevelData], float | None]
+    recorded: bool = True  # False: a hand-set target only, left out of recorded baselines
 
     def run_values(self, runs: Iterable[LevelData]) -> list[float]:
         """One value per run that produced this figure."""
@@ -84,7 +90,17 @@ FIGURES: tuple[Figure, ...] = (
         _accept,
     ),
 )
-BY_NAME: dict[str, Figure] = {f.name: f for f in FIGURES}
+SCALING = Figure(
+    "scaling",
+    "Scaling",
+    "x",
+    "higher",
+    0.05,
+    "the measurement has no successful C=1 run to pair with",
+    _agg,  # divided by the paired C=1 run's in measurement_values
+    recorded=False,
+)
+BY_NAME: dict[str, Figure] = {f.name: f for f in (*FIGURES, SCALING)}
 
 
 def figure_key(measurement: str, concurrency: int, figure: str) -> str:
@@ -125,8 +141,14 @@ def level_values(measurement: str, runs: list[LevelData]) -> dict[str, list[floa
 def measurement_values(name: str, measurement: Measurement) -> dict[str, list[float]]:
     """Per-run values of every figure of a measurement."""
     out: dict[str, list[float]] = {}
-    for runs in measurement.by_concurrency().values():
+    levels = measurement.by_concurrency()
+    for runs in levels.values():
         out.update(level_values(name, runs))
+    c1 = levels.get(1, [])
+    for c, runs in levels.items():
+        pairs = [(SCALING.value(a), SCALING.value(b)) for a, b in zip(runs, c1, strict=False)]
+        if c > 1 and (values := [a / b for a, b in pairs if a is not None and b]):
+            out[figure_key(name, c, SCALING.name)] = values
     return out
 
 
