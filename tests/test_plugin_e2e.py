@@ -14,7 +14,15 @@ import pytest
 
 from perfgate.profile import DEFAULT_PROFILE, load_profile
 from perfgate.session import PerfgateSession
-from tests.helpers import ROOT, TINY, interrupt_pytest, owned_server_pids, profile_toml, run_pytest
+from tests.helpers import (
+    ROOT,
+    TINY,
+    floor_baselines,
+    interrupt_pytest,
+    owned_server_pids,
+    profile_toml,
+    run_pytest,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -103,12 +111,16 @@ def test_ctrl_c_stops_the_server_and_keeps_the_run_json(tmp_path):
         "-m",
         "perf",
         f"--profile={tiny}",
+        floor_baselines(tiny),
         f"--perf-output={tmp_path / 'out'}",
         when="sweep C=1 run 1: 50 requests",
     )
     assert code == 2, out
     assert "KeyboardInterrupt" in out
     assert not (owned_server_pids() - before)
+    # an interrupted run never says "within tolerance"; it says what was not judged
+    assert "within tolerance" not in out
+    assert "run interrupted: " in out and "levels not run" in out
     run = json.loads(runs_in(tmp_path / "out")[-1].read_text())
     assert run["status"] == "interrupted"
     assert run["measurements"]["single"]["levels"][0]["metrics"]["ok"] == 2
@@ -204,6 +216,7 @@ def test_attach_with_base_url_measures_and_leaves_the_server_running(tmp_path):
             "perf",
             f"--profile={tiny}",
             f"--base-url={backend.base_url}",
+            floor_baselines(tiny),
             f"--perf-output={tmp_path / 'out'}",
         )
         out = result.stdout + result.stderr
@@ -213,7 +226,9 @@ def test_attach_with_base_url_measures_and_leaves_the_server_running(tmp_path):
         run = json.loads(runs_in(tmp_path / "out")[-1].read_text())
         assert run["launcher"] == "attach" and run["base_url"] == backend.base_url
         assert [lv["concurrency"] for lv in run["measurements"]["sweep"]["levels"]] == [1, 2]
-        assert "no baseline at" in out
+        # a server on this machine is keyed like a launched one; only the floor applies
+        assert "no exact baseline for hardware key 'cpu-" in out
+        assert "gated by the profile's hardware-independent targets" in out
 
 
 GENERIC_PROFILE = """
@@ -247,6 +262,7 @@ def test_generic_endpoint_degrades_with_a_clear_message(tmp_path):
             "perf",
             f"--profile={profile}",
             f"--base-url={backend.base_url}",
+            floor_baselines(profile),
             f"--perf-output={tmp_path / 'out'}",
         )
     out = result.stdout + result.stderr
@@ -389,12 +405,10 @@ def test_bad_baseline_is_rejected_before_any_server_starts(tmp_path):
 def test_single_request_rounds_go_through_pytest_benchmark(tmp_path):
     tiny = profile_toml(TINY, tmp_path, name="tiny")
     storage = tmp_path / "bench"
+    args = ["-m", "perf", f"--profile={tiny}", "-k", "single"]
     result = run_pytest(
-        "-m",
-        "perf",
-        f"--profile={tiny}",
-        "-k",
-        "single",
+        *args,
+        floor_baselines(tiny, "single.c1.per_request_tok_s"),
         "--benchmark-autosave",
         f"--benchmark-storage=file://{storage}",
         f"--perf-output={tmp_path / 'out'}",
@@ -406,6 +420,11 @@ def test_single_request_rounds_go_through_pytest_benchmark(tmp_path):
     bench = json.loads(saved[0].read_text())["benchmarks"][0]
     assert bench["name"] == "test_single_request" and bench["stats"]["rounds"] == 2
     assert bench["extra_info"]["profile"] == "tiny"
+    # a baseline figure of the deselected sweep is not silently dropped: it fails as MISSING
+    deselected = run_pytest(*args, floor_baselines(tiny), f"--perf-output={tmp_path / 'o2'}")
+    out = deselected.stdout + deselected.stderr
+    assert deselected.returncode == 1, out
+    assert "sweep.c1.agg_tok_s: MISSING" in out and "deselected" in out
 
 
 def test_golden_outputs_catch_same_speed_different_answers(tmp_path):
