@@ -221,7 +221,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     end, including those of perf tests deselected with -k."""
     perf = session.config.stash.get(SESSION_KEY, None)
     if perf is not None:
-        perf.perf_selected = any(item.get_closest_marker("perf") for item in session.items)
+        perf.perf_selected = any(  # a measuring perf test (the correctness checks are perf too)
+            item.get_closest_marker("perf") and not item.get_closest_marker("correctness")
+            for item in session.items
+        )
 
 
 @pytest.hookimpl(wrapper=True)

@@ -427,10 +427,12 @@ class PerfgateSession:
                     on_measure_start=spec_window.open,
                 )
             )
-        except WorkloadError as exc:
+        except (KeyboardInterrupt, WorkloadError) as exc:  # Ctrl-C or SIGTERM, or no prompts
             ran = {lv.concurrency for lv in measurement.levels}
             measurement.not_run = [c for c in levels if c not in ran]
             self.save_run()
+            if isinstance(exc, KeyboardInterrupt):
+                raise
             raise BackendError(
                 f"{name}: could not prepare the next level ({exc}); levels not run: "
                 f"{measurement.not_run}. {self.evidence()}"
