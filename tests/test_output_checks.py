@@ -35,3 +35,15 @@ def test_attach_mode_prompts_carry_a_per_run_nonce(tmp_path):
     attached = [session("http://127.0.0.1:9"), session("http://127.0.0.1:9")]
     assert launched[0].nonce == launched[1].nonce == ""  # a fresh server: seeded, repeatable
     assert attached[0].nonce and attached[0].nonce != attached[1].nonce
+
+
+def test_a_remote_attached_server_is_keyed_by_label_and_says_how_to_name_it(tmp_path):
+    profile = load_profile(DEFAULT_PROFILE, ROOT / "profiles")
+    session = PerfgateSession(
+        profile, root=ROOT, baselines_dir=ROOT / "baselines", output_dir=tmp_path,
+        base_url="http://gpu-host.example:8000",
+    )  # fmt: skip
+    session.resolve_baseline({"key": "", "source": "remote", "host": "gpu-host.example"})
+    assert session.hardware_key == "cpu-2core" and session.baseline_tier == "any"
+    assert "--perf-hardware KEY" in session.tier_note()
+    assert "--base-url http://gpu-host.example:8000" in session.tier_note()

@@ -185,6 +185,11 @@ class PerfgateSession:
     def tier_note(self) -> str:
         """Which baseline gates this run, and how to get an exact one."""
         where = f"hardware key {self.hardware_key!r}"
+        if self.hardware.get("key_from"):  # a remote attached server: perfgate cannot look
+            where += (
+                f" (the profile's label: the server at {self.base_url} is on another host; "
+                "name its key with --perf-hardware KEY)"
+            )
         if self.baseline_tier == "exact":
             return f"gated by the exact baseline for {where} ({self._relative(self.baseline_path)})"
         others = sorted(k for k in self.known_baselines if k != ANY_HARDWARE)
