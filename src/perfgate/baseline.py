@@ -193,7 +193,7 @@ def compare(
     return check, decision.step == "more"
 
 
-def _field_errors(exc: ValidationError) -> str:
+def field_errors(exc: ValidationError) -> str:
     return "; ".join(
         f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"
         for err in exc.errors()
@@ -217,7 +217,7 @@ def load_baseline(path: Path) -> Baseline | None:
         return Baseline.model_validate(raw)
     except ValidationError as exc:
         raise BaselineError(
-            f"baseline {path} is invalid: {_field_errors(exc)}. Fix it, or re-record it with "
+            f"baseline {path} is invalid: {field_errors(exc)}. Fix it, or re-record it with "
             "`pytest -m perf --update-baselines`."
         ) from exc
 
@@ -377,78 +377,3 @@ def diff_lines(old: Baseline | None, recorded: Recorded) -> list[str]:
     if old is not None:
         lines += [f"  removed {k}" for k in old.metrics if k not in new.metrics]
     return lines
-
-
-class GoldenOutputs(BaseModel):
-    """Greedy outputs for a fixed prompt set, recorded with a baseline."""
-
-    model_config = ConfigDict(extra="forbid")
-    schema_version: Literal[1] = Field(description="Version of this file's schema.")
-    max_tokens: int = Field(gt=0, description="Output length the outputs were generated with.")
-    outputs: dict[str, str] = Field(description="Greedy output text by prompt.")
-
-
-@dataclass(frozen=True, slots=True)
-class GoldenDiff:
-    """How one output compares with its golden output."""
-
-    prompt: str
-    exact: bool
-    first_divergence: int | None  # character index, None when exact
-    expected: str
-    actual: str
-
-    def message(self) -> str:
-        """Where the texts part, with a little context."""
-        if self.exact or self.first_divergence is None:
-            return f"{self.prompt[:40]!r}: identical"
-        at = self.first_divergence
-        return (
-            f"{self.prompt[:40]!r}: differs at character {at}: expected "
-            f"{self.expected[max(0, at - 10) : at + 30]!r}, got "
-            f"{self.actual[max(0, at - 10) : at + 30]!r}"
-        )
-
-
-def first_divergence(expected: str, actual: str) -> int | None:
-    """Index of the first differing character (None when equal)."""
-    if expected == actual:
-        return None
-    for i, (a, b) in enumerate(zip(expected, actual, strict=False)):
-        if a != b:
-            return i
-    return min(len(expected), len(actual))
-
-
-def compare_golden(golden: GoldenOutputs, actual: dict[str, str]) -> list[GoldenDiff]:
-    """Each golden prompt's output compared with the one produced now."""
-    diffs = []
-    for prompt, expected in golden.outputs.items():
-        got = actual.get(prompt, "")
-        at = first_divergence(expected, got)
-        diffs.append(
-            GoldenDiff(
-                prompt=prompt, exact=at is None, first_divergence=at, expected=expected, actual=got
-            )
-        )
-    return diffs
-
-
-def golden_path(baseline_file: Path) -> Path:
-    """The golden outputs kept next to a baseline file."""
-    return baseline_file.with_suffix(".golden.json")
-
-
-def load_golden(path: Path) -> GoldenOutputs | None:
-    """Read golden outputs; None when none were recorded."""
-    if not path.exists():
-        return None
-    try:
-        return GoldenOutputs.model_validate_json(path.read_text(encoding="utf-8"))
-    except ValidationError as exc:
-        raise BaselineError(f"golden outputs {path} are invalid: {_field_errors(exc)}") from exc
-
-
-def save_golden(path: Path, golden: GoldenOutputs) -> None:
-    """Write golden outputs atomically."""
-    write_json_atomic(path, golden.model_dump_json(indent=2) + "\n")

@@ -98,6 +98,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="skip, instead of failing, the perf tests where no baseline applies "
         "(exploratory runs; ini: perfgate_allow_no_baseline)",
     )
+    group.addoption(
+        "--perf-accept-golden",
+        dest="perfgate_accept_golden",
+        action="store_true",
+        default=False,
+        help="with --update-baselines: record golden greedy outputs that changed (their diff "
+        "is printed); without it, changed answers fail the run and nothing is recorded",
+    )
     parser.addini(
         "perfgate_allow_no_baseline",
         "skip instead of failing where no baseline applies",
@@ -135,6 +143,11 @@ def _gate_options(config: pytest.Config) -> GateOptions:
         raise pytest.UsageError("perfgate: --perf-tolerance must be in [0, 10), e.g. 0.1")
     if tolerance is not None and not config.getoption("perfgate_update"):
         raise pytest.UsageError("perfgate: --perf-tolerance only applies with --update-baselines")
+    accept_golden = config.getoption("perfgate_accept_golden")
+    if accept_golden and not config.getoption("perfgate_update"):
+        raise pytest.UsageError(
+            "perfgate: --perf-accept-golden only applies with --update-baselines"
+        )
     allow = config.getoption("perfgate_allow_no_baseline")
     return GateOptions(
         repeats=repeats,
@@ -144,6 +157,7 @@ def _gate_options(config: pytest.Config) -> GateOptions:
         allow_no_baseline=bool(
             config.getini("perfgate_allow_no_baseline") if allow is None else allow
         ),
+        accept_golden=accept_golden,
     )
 
 
@@ -170,6 +184,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "correctness: correctness suite, runs before perf")
     config.addinivalue_line(
         "markers", "usability: a correctness check whose failure leaves perf unmeasured"
+    )
+    config.addinivalue_line(
+        "markers",
+        "twin(prompts, max_tokens): compares with the profile's twin, whose greedy outputs "
+        "of these prompts are computed first, with the twin running alone",
     )
     config.stash[SUMMARY_KEY] = []
     root = config.rootpath
@@ -225,6 +244,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             item.get_closest_marker("perf") and not item.get_closest_marker("correctness")
             for item in session.items
         )
+        twins = [m for item in session.items if (m := item.get_closest_marker("twin"))]
+        if twins and perf.profile.correctness.twin_profile is not None:
+            perf.twin_request = (
+                list(twins[0].kwargs["prompts"]),
+                int(twins[0].kwargs["max_tokens"]),
+            )
 
 
 @pytest.hookimpl(wrapper=True)

@@ -150,8 +150,15 @@ class CorrectnessSpec(_Strict):
     )
     reasoning: bool = Field(
         False,
-        description="The engine runs a reasoning parser: chat answers must carry separate "
-        "non-empty reasoning and content.",
+        description="A reasoning model behind a reasoning parser: chat answers must carry "
+        "separate non-empty reasoning and content; every check leaves it reasoning_budget "
+        "tokens to think and judges the content after the reasoning.",
+    )
+    reasoning_budget: int = Field(
+        2048,
+        ge=1,
+        description="Tokens a reasoning model may spend thinking before its answer, added to "
+        "every check's answer budget (reasoning = true only).",
     )
     eos_token_id: int | None = Field(
         None,
@@ -164,20 +171,31 @@ class CorrectnessSpec(_Strict):
         6.0, ge=0, le=100, description="Logit bias given to eos_token_id in that check."
     )
     known_answers_min: float = Field(
-        1.0, ge=0, le=1, description="Share of known-answer prompts that must be right."
+        1.0, gt=0, le=1, description="Share of known-answer prompts that must be right."
     )
     code_min_pass: float = Field(
-        0.0, ge=0, le=1, description="Share of code tasks whose code must pass its tests."
+        1.0,
+        gt=0,
+        le=1,
+        description="Share of code tasks whose code must pass its tests (calibrate it on "
+        "the model's real answers; 0 would let every answer fail).",
     )
     golden_min_exact: float = Field(
-        1.0, ge=0, le=1, description="Share of golden greedy outputs that must match exactly."
+        1.0, gt=0, le=1, description="Share of golden greedy outputs that must match exactly."
+    )
+    golden_tie_margin: float = Field(
+        0.2,
+        ge=0,
+        description="Golden and twin comparisons: a divergence where the output's own "
+        "log-probs put the reference's token within this many nats of the chosen one is a "
+        "near-tie flip (batched or speculative numerics), not a change. 0: exact only.",
     )
     twin_profile: str | None = Field(
         None, description="Non-speculative twin whose greedy output this profile must equal."
     )
     twin_min_exact: float = Field(
         1.0,
-        ge=0,
+        gt=0,
         le=1,
         description="Share of greedy outputs that must equal the twin's "
         "(batched draft verification can flip a near-tie token).",

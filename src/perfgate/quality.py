@@ -135,6 +135,30 @@ def is_degenerate(text: str, limits: DegeneracyLimits) -> list[Finding]:
     return [f for f in degeneracy(text, limits) if not f.ok]
 
 
+# End-of-sequence and turn markers of common chat templates; ``<|...|>`` forms of any name
+# are caught by _SPECIAL_TOKEN as well.
+END_MARKERS = (
+    "<eos>",
+    "</s>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<start_of_turn>",
+    "<|im_start|>",
+    "<\uff5cend\u2581of\u2581sentence\uff5c>",
+)
+
+
+def leaked_markers(text: str) -> list[str]:
+    """End-of-sequence, turn and other special-token markers that appear in a text (an
+    engine that prints them did not stop, or did not strip, where it should)."""
+    found = [m for m in END_MARKERS if m in text]
+    found += [m for m in _SPECIAL_TOKEN.findall(text) if m not in found]
+    return found
+
+
 def contains_answer(text: str, answers: list[str]) -> bool:
     """Whether any accepted answer appears as a word or phrase (case-insensitive)."""
     lowered = text.lower()

@@ -22,23 +22,27 @@ from perfgate.baseline import (
     ANY_HARDWARE,
     Baseline,
     Check,
-    GoldenOutputs,
     baseline_path,
     build_baseline,
-    compare_golden,
     diff_lines,
-    golden_path,
-    load_golden,
     load_profile_baselines,
     save_baseline,
-    save_golden,
 )
 from perfgate.client import RequestRecord, SimpleClient
 from perfgate.diagnose import Diagnosis, diagnose
 from perfgate.engines import Engine, Facts, get_engine
-from perfgate.errors import BackendError, BaselineError, WorkloadError
+from perfgate.errors import BackendError, BaselineError, PerfgateError, WorkloadError
 from perfgate.figures import run_values
 from perfgate.gate import GatePolicy, Verdicts, choose_baseline
+from perfgate.golden import (
+    GoldenOutputs,
+    Greedy,
+    compare_golden,
+    golden_path,
+    greedy_outputs,
+    load_golden,
+    save_golden,
+)
 from perfgate.launch import AttachedBackend, Backend, launch
 from perfgate.load import (
     Decision,
@@ -67,6 +71,7 @@ class GateOptions:
     tolerance: float | None = None  # used when writing baselines
     hardware: str | None = None  # the serving host's key where perfgate cannot read it
     allow_no_baseline: bool = False  # skip instead of failing where no baseline applies
+    accept_golden: bool = False  # recording may replace golden outputs that changed
 
 
 class PerfgateSession:
@@ -108,7 +113,9 @@ class PerfgateSession:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         self.run_path = output_dir / "runs" / f"{profile.name}-{stamp}-{self.owner[-6:]}.json"
         self.backend: Backend | None = None
-        self.twins: dict[str, Backend] = {}
+        # the twin's greedy outputs of (prompts, max_tokens), when a twin check is selected
+        self.twin_request: tuple[list[str], int] | None = None
+        self._twin_result: Greedy | str | None = None  # the twin's outputs, or why none
         self.backend_error: BackendError | None = None
         self.correctness_failures: list[str] = []
         self.unusable: list[str] = []  # correctness failures that make perf meaningless
@@ -221,6 +228,8 @@ class PerfgateSession:
             return self.backend
         if self.backend_error is not None:
             raise self.backend_error
+        if self.twin_request is not None and self._twin_result is None:
+            self._run_twin_alone(*self.twin_request)
         try:
             backend = self._launch()
             self.backend = backend
@@ -281,28 +290,59 @@ class PerfgateSession:
         return launch(self.profile, self.engine, self.output_dir / "logs", owner=self.owner)
 
     def stop_backend(self) -> None:
-        """Stop the backend (and a twin) if perfgate started them."""
+        """Stop the backend if perfgate started it."""
         if self.backend is not None:
             self.backend.stop()
-        for twin in self.twins.values():
-            twin.stop()
 
-    def twin_client(self, name: str) -> SimpleClient:
-        """A client of the profile's twin (started on first use, stopped with the backend)."""
-        if name not in self.twins:
-            twin = load_profile(name, self.root / "profiles")
-            self.progress(f"perfgate: starting twin profile {name}")
-            backend = launch(
-                twin, get_engine(twin.engine), self.output_dir / "logs", owner=self.owner
+    def _run_twin_alone(self, prompts: list[str], max_tokens: int) -> None:
+        """The twin's greedy outputs, computed before this profile's server starts: one
+        server at a time (two large models rarely fit one host), the twin on a port of
+        its own, stopped before the profile's server starts."""
+        name = self.profile.correctness.twin_profile
+        if name is None:
+            return
+        if self.base_url:
+            self._twin_result = (
+                f"the server under test is attached (--base-url), so perfgate cannot stop it "
+                f"to run the twin {name} alone; check losslessness with a profile perfgate "
+                "launches"
             )
-            self.twins[name] = backend
+            self.degraded(self._twin_result)
+            return
+        try:
+            twin = load_profile(name, self.root / "profiles")
+            twin = twin.model_copy(update={"server": twin.server.model_copy(update={"port": 0})})
+            engine = get_engine(twin.engine)
+            self.progress(
+                f"perfgate: starting twin profile {name} alone, before {self.profile.name}"
+            )
+            backend = launch(twin, engine, self.output_dir / "logs", owner=self.owner)
+        except (BackendError, PerfgateError) as exc:
+            self._twin_result = f"twin profile {name} could not start: {exc}"
+            return
+        try:
             backend.wait_ready(twin.timeouts.startup_s)
-        twin_backend = self.twins[name]
-        return SimpleClient(
-            twin_backend.base_url,
-            self.profile.model.name,
-            timeout_s=self.profile.timeouts.request_s,
-        )
+            client = SimpleClient(
+                backend.base_url, twin.model.name, timeout_s=twin.timeouts.request_s
+            )
+            greedy = greedy_outputs(client, prompts, max_tokens, engine.deterministic_extras())
+            self._twin_result = greedy
+        except (BackendError, httpx.HTTPError) as exc:
+            self._twin_result = f"twin profile {name} failed: {exc}"
+        finally:
+            backend.stop()
+            self.progress(f"perfgate: twin profile {name} stopped")
+
+    def twin_problem(self) -> str:
+        """Why the twin's outputs are missing ('' when they are there)."""
+        return "" if isinstance(self._twin_result, Greedy) else str(self._twin_result or "")
+
+    def twin_outputs(self) -> Greedy:
+        """The twin's greedy outputs (computed before the profile's server started);
+        raises :class:`BackendError` saying why there are none."""
+        if isinstance(self._twin_result, Greedy):
+            return self._twin_result
+        raise BackendError(self._twin_result or "no twin check was selected when the run began")
 
     # -- diagnosis ---------------------------------------------------------------------
     def collect_facts(self, log: str | None = None) -> Facts:

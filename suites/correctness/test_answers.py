@@ -19,24 +19,19 @@ KNOWN = json.loads((DATA / "known_answers.json").read_text())
 CODE = json.loads((DATA / "code_tasks.json").read_text())
 
 
-def ask(llm, style, prompt, **params):
-    if style == "chat":
-        body = llm.complete(prompt, api="chat", temperature=0, **params)
-        return body["choices"][0]["message"]["content"] or "", body["choices"][0]
-    body = llm.complete(prompt, temperature=0, **params)
-    return body["choices"][0]["text"], body["choices"][0]
-
-
-def test_known_answers(llm, perfgate_session):
+def test_known_answers(asker, perfgate_session):
+    """Known answers through the profile's API: a base model's completion up to the stop
+    sequence, an instruct model's reply, a reasoning model's content after its thinking."""
     spec = perfgate_session.profile.correctness
     cases = KNOWN[spec.prompt_style]
     wrong = []
     for case in cases:
-        text, _ = ask(
-            llm, spec.prompt_style, case["prompt"], max_tokens=24, stop=case.get("stop", ["\n"])
+        answer = asker.ask(
+            case["prompt"], answer_tokens=24, temperature=0, stop=case.get("stop", ["\n"])
         )
+        text = answer.content if asker.kind == "base" else answer.first_line
         if not contains_answer(text, case["answers"]):
-            wrong.append(f"{case['prompt']!r} → {text!r} (expected {case['answers']})")
+            wrong.append(f"{case['prompt']!r} → {answer.describe()} (expected {case['answers']})")
     right = 1 - len(wrong) / len(cases)
     assert right >= spec.known_answers_min, (
         f"known answers: {right:.0%} right (minimum {spec.known_answers_min:.0%}):\n"
@@ -44,13 +39,13 @@ def test_known_answers(llm, perfgate_session):
     )
 
 
-def test_code_answers_run_in_the_sandbox(llm, perfgate_session):
+def test_code_answers_run_in_the_sandbox(asker, perfgate_session):
     spec = perfgate_session.profile.correctness
     failed = []
     for task in CODE[spec.prompt_style]:
-        text, _ = ask(llm, spec.prompt_style, task["prompt"], max_tokens=task["max_tokens"])
+        answer = asker.ask(task["prompt"], answer_tokens=task["max_tokens"], temperature=0)
         prefix = task["prompt"] if spec.prompt_style == "completion" else ""
-        result = run_sandboxed(extract_code(text, prefix=prefix), task["tests"])
+        result = run_sandboxed(extract_code(answer.content, prefix=prefix), task["tests"])
         if not result.passed:
             why = "timed out" if result.timed_out else result.output.strip()[-200:]
             failed.append(f"{task['name']}: {why}")

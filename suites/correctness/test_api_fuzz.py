@@ -1,5 +1,5 @@
-"""API contract fuzzing (hypothesis, bounded): valid requests never get a 5xx or a
-malformed answer, invalid ones get a 4xx that says why, and the server stays healthy."""
+"""API contract fuzzing (hypothesis, bounded): valid requests are answered with a
+well-formed body, invalid ones get a 4xx that says why, and the server stays healthy."""
 
 import httpx
 import pytest
@@ -32,15 +32,15 @@ def check_valid_completion(body, max_tokens):
 
 @FUZZ
 @given(
-    prompt=st.text(max_size=40),
+    prompt=st.text(min_size=1, max_size=40),
     max_tokens=st.integers(1, 12),
     temperature=st.floats(0.0, 2.0),
     top_p=st.floats(0.05, 1.0),
     stop=st.lists(st.text(min_size=1, max_size=4), max_size=3),
 )
-def test_valid_parameters_never_fail_the_server(
-    http, llm, prompt, max_tokens, temperature, top_p, stop
-):
+def test_valid_parameters_are_served(http, llm, prompt, max_tokens, temperature, top_p, stop):
+    """Every request here is valid by the OpenAI API: it must be answered (200), with a
+    well-formed body. A 4xx is a refused valid request, a 5xx a server fault: both fail."""
     response = http.post(
         "/v1/completions",
         json={
@@ -53,11 +53,8 @@ def test_valid_parameters_never_fail_the_server(
             "seed": 0,
         },
     )
-    assert response.status_code < 500, response.text[:300]
-    if response.status_code == 200:
-        check_valid_completion(response.json(), max_tokens)
-    else:  # refusing a valid request is allowed only with a reason
-        assert response.json().get("error"), response.text[:300]
+    assert response.status_code == 200, (response.status_code, response.text[:300])
+    check_valid_completion(response.json(), max_tokens)
 
 
 INVALID = st.sampled_from(
@@ -82,9 +79,12 @@ def test_invalid_parameters_get_a_4xx_with_a_message(http, llm, bad, prompt):
     assert error and (error.get("message") if isinstance(error, dict) else error), response.text
 
 
-def test_server_is_healthy_after_fuzzing(http, llm):
+def test_server_is_healthy_after_fuzzing(http, asker):
     assert http.get("/health").status_code == 200
-    record = llm.stream(
-        "Q: What is the capital of France?\nA:", max_tokens=8, temperature=0, stop=["\n"]
-    )
-    assert record.ok and "Paris" in record.text
+    if asker.kind == "base":
+        answer = asker.stream(
+            "Q: What is the capital of France?\nA:", answer_tokens=8, temperature=0, stop=["\n"]
+        )
+    else:
+        answer = asker.stream("What is the capital of France?", answer_tokens=32, temperature=0)
+    assert answer.error is None and "Paris" in answer.content, answer.describe()

@@ -16,19 +16,18 @@ pytestmark = [pytest.mark.correctness, pytest.mark.perf, pytest.mark.usability]
 DATA = json.loads((Path(__file__).parent / "data" / "open_prompts.json").read_text())
 
 
-def test_sampled_answers_are_not_degenerate(llm, perfgate_session):
+def test_sampled_answers_are_not_degenerate(asker, perfgate_session):
     spec = perfgate_session.profile.correctness
     bad = []
     for prompt in DATA["prompts"]:
-        answer = llm.complete(
+        answer = asker.ask(
             prompt,
-            max_tokens=DATA["max_tokens"],
+            answer_tokens=DATA["max_tokens"],
             temperature=spec.sample_temperature,
             seed=DATA["seed"],
         )
-        text = answer["choices"][0]["text"]
-        if failing := is_degenerate(text, spec.degeneracy):
-            bad.append(f"{prompt!r} → {text[:80]!r}: {', '.join(map(str, failing))}")
+        if failing := is_degenerate(answer.content, spec.degeneracy):
+            bad.append(f"{prompt!r} → {answer.content[:80]!r}: {', '.join(map(str, failing))}")
     allowed = int(spec.degenerate_max * len(DATA["prompts"]))
     assert len(bad) <= allowed, (
         f"{len(bad)} of {len(DATA['prompts'])} answers degenerate (allowed {allowed}):\n"

@@ -1,13 +1,15 @@
 """Reasoning: with a reasoning parser, a chat answer carries non-empty reasoning in the
 engine's field (``reasoning`` or ``reasoning_content``) and separate non-empty content,
-streamed and not. Only for profiles with ``correctness.reasoning = true``."""
+streamed and not. Only for profiles with ``correctness.reasoning = true``; the model may
+think for ``correctness.reasoning_budget`` tokens before it answers."""
 
 import pytest
 
-from perfgate.quality import message_reasoning, reasoning_problems
+from perfgate.quality import reasoning_problems
 
 pytestmark = [pytest.mark.correctness, pytest.mark.perf]
 QUESTION = "A farmer has 17 sheep; all but 9 run away. How many are left? Think step by step."
+ANSWER_TOKENS = 256
 
 
 @pytest.fixture
@@ -16,17 +18,27 @@ def reasoning_profile(perfgate_session):
         pytest.skip("profile runs no reasoning parser (correctness.reasoning = false)")
 
 
-def test_reasoning_streamed(reasoning_profile, llm):
-    record = llm.stream(QUESTION, api="chat", max_tokens=1024, temperature=0)
-    assert record.ok, record.error
-    assert not reasoning_problems(record.reasoning, record.text), (
-        record.reasoning[:200],
-        record.text[:200],
-    )
+def check(answer, budget):
+    """The problems with a reasoning answer, as one message ('' when fine)."""
+    problems = reasoning_problems(answer.reasoning, answer.content)
+    if not answer.content.strip() and answer.finish_reason == "length":
+        problems.append(
+            f"the model was still thinking after {budget} tokens (finish_reason length): "
+            "raise correctness.reasoning_budget"
+        )
+    if not problems:
+        return ""
+    return f"{'; '.join(problems)}: {answer.reasoning[:200]!r} | {answer.content[:200]!r}"
 
 
-def test_reasoning_not_streamed(reasoning_profile, llm):
-    body = llm.complete(QUESTION, api="chat", max_tokens=1024, temperature=0)
-    message = body["choices"][0]["message"]
-    problems = reasoning_problems(message_reasoning(message), message.get("content") or "")
-    assert not problems, (problems, message)
+def test_reasoning_streamed(reasoning_profile, asker):
+    answer = asker.stream(QUESTION, answer_tokens=ANSWER_TOKENS, temperature=0)
+    assert answer.error is None, answer.error
+    problems = check(answer, asker.budget(ANSWER_TOKENS))
+    assert not problems, problems
+
+
+def test_reasoning_not_streamed(reasoning_profile, asker):
+    answer = asker.ask(QUESTION, answer_tokens=ANSWER_TOKENS, temperature=0)
+    problems = check(answer, asker.budget(ANSWER_TOKENS))
+    assert not problems, problems
