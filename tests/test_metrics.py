@@ -47,6 +47,14 @@ def test_usage_is_preferred_and_mismatch_is_reported():
     m = level_metrics(LevelRun(concurrency=1, records=[r], start=0.0, end=1.0))
     assert m.output_tokens == 4
     assert m.usage_chunk_mismatches == 1
+    assert m.chunks == 2 and m.tokens_per_chunk == 2.0
+
+
+def test_tokens_per_chunk_counts_only_requests_with_usage():
+    one_per_chunk = record(0, 0.0, [0.5, 1.0], 1.0, completion=2)
+    no_usage = record(1, 0.0, [0.5, 1.0, 1.5], 2.0, completion=None)
+    m = level_metrics(LevelRun(concurrency=2, records=[one_per_chunk, no_usage], start=0, end=2))
+    assert m.tokens_per_chunk == 1.0 and m.chunks == 5
 
 
 def test_no_usage_falls_back_to_chunks():

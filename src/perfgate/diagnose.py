@@ -3,7 +3,10 @@
 Facts (``engines`` reads them from logs, command lines and endpoints; measured acceptance
 comes from the run) are compared with the facts stored in the baseline. Differences are
 ranked into likely causes, and the log lines the seeds grepped for by hand
-(accept|spec|draft|NCCL|P2P|attention|KV cache|cuda graph|mamba) are attached.
+(accept|spec|draft|NCCL|P2P|attention|KV cache|cuda graph|mamba) are attached. Build and
+runtime facts the log reports (flash attention as resolved, GPU offload, CUDA graphs,
+torch.compile, KV cache types) rank high; one the log did not report is unknown, never a
+cause.
 """
 
 from __future__ import annotations
@@ -57,6 +60,14 @@ RULES: dict[str, FactRule] = {
     "kv_cache_type_v": FactRule("KV cache type (V)", 58),
     "kv_cache_dtype": FactRule("KV cache dtype", 58),
     "gpu_layers": FactRule("GPU layers", 70),
+    # build and runtime facts read from the log: what the server really did
+    "gpu_offload_supported": FactRule("GPU offload", 96),
+    "gpu_layers_offloaded": FactRule("layers offloaded to the GPU", 92),
+    "flash_attn_active": FactRule("flash attention", 88),
+    "compile_mode": FactRule("torch.compile mode", 80),
+    "config.enforce_eager": FactRule("eager mode (enforce_eager)", 82),
+    "cuda_graph_mode": FactRule("CUDA graph mode", 75),
+    "cuda_graph_max_batch": FactRule("largest CUDA-graphed batch", 62),
     "model_quant": FactRule("model quantization", 65),
     "override_kv": FactRule("model metadata overrides", 40),
     "engine_version": FactRule("engine version", 50),
@@ -70,7 +81,33 @@ MEASURED_KEYS = {
     "spec_mean_accept_len",
     "log_accept_rate",
     "log_mean_accept_len",
+    "graph_capture_s",
 }
+# Facts read from log lines an engine may not print (log verbosity, build, version): their
+# absence in this run is unknown, not a change, so it is never a cause.
+ABSENT_IS_UNKNOWN = {
+    "cuda_graphs",
+    "gpu_offload_supported",
+    "gpu_layers_offloaded",
+    "gpu_layers_offloadable",
+    "flash_attn_active",
+    "kv_cache_type_k",
+    "kv_cache_type_v",
+    "compile_mode",
+    "cuda_graph_mode",
+    "cuda_graph_max_batch",
+    "config.device",
+}
+# On/off facts (False, "off", "0" is off).
+SWITCHES = ("cuda_graphs", "custom_all_reduce", "flash_attn", "flash_attn_active")
+# Numeric facts where less is slower and more never explains a slowdown.
+CAPACITIES = (
+    "kv_cache_tokens",
+    "max_concurrency",
+    "max_running_requests",
+    "gpu_layers_offloaded",
+    "cuda_graph_max_batch",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,26 +257,34 @@ def _why(fact: Fact) -> str:
     return f": {message[:160]}{'...' if len(message) > 160 else ''}"
 
 
+def _is_off(fact: Fact | None) -> bool:
+    return fact is not None and fact.value in (False, "off", "0", "NONE")
+
+
 def _change_cause(change: FactChange) -> Cause | None:
     key, old, new = change.key, change.old, change.new
-    if key in MEASURED_KEYS:
+    if key in MEASURED_KEYS or (new is None and key in ABSENT_IS_UNKNOWN):
         return None
+    if old is None and key in ABSENT_IS_UNKNOWN and not _is_off(new):
+        return None  # the baseline's log did not say: unknown, so no change to blame
     rule = RULES.get(key)
     if rule is None:
         weight = ARG_WEIGHT if key.startswith("arg.") else OTHER_WEIGHT
         rule = FactRule(key.removeprefix("arg."), weight)
-    if key in ("cuda_graphs", "custom_all_reduce", "flash_attn") and new is not None:
-        if old is None and new.value in (False, "off", "0"):
-            # engines log these only when they are off: absent before means it was on
+    if key == "gpu_offload_supported" and new is not None and new.value is False:
+        return Cause(rule.weight, f"no usable GPU: every layer runs on the CPU{_why(new)}")
+    if key in SWITCHES and new is not None:
+        if old is None and _is_off(new):
+            # many are logged only when off: the baseline did not say so
             return Cause(
                 rule.weight * 0.8,
                 f"{rule.label} off (the baseline's server did not report it off){_why(new)}",
             )
-        if new.value in (False, "off", "0"):
+        if _is_off(new):
             return Cause(rule.weight, f"{rule.label} off (baseline on){_why(new)}")
-        if old is not None and old.value in (False, "off", "0"):
+        if _is_off(old):
             return Cause(rule.weight / 3, f"{rule.label} on (baseline off)")
-    if key in ("kv_cache_tokens", "max_concurrency", "max_running_requests"):
+    if key in CAPACITIES:
         a = old.value if old else None
         b = new.value if new else None
         if isinstance(a, int | float) and isinstance(b, int | float):
@@ -254,12 +299,24 @@ def _absolute_causes(new: Mapping[str, Fact], old: Mapping[str, Fact]) -> list[C
     """Facts worth naming even when the baseline has none to compare with."""
     causes = []
     for key, label, weight in (
+        ("gpu_offload_supported", "no usable GPU: every layer runs on the CPU", 50),
+        ("flash_attn_active", "flash attention off", 42),
         ("cuda_graphs", "CUDA graphs off", 40),
         ("custom_all_reduce", "custom all-reduce disabled", 35),
     ):
         fact = new.get(key)
         if fact is not None and fact.value is False:
             causes.append(Cause(weight, label + _why(fact)))
+    layers, total = new.get("gpu_layers_offloaded"), new.get("gpu_layers_offloadable")
+    if (
+        layers is not None
+        and total is not None
+        and isinstance(layers.value, int)
+        and isinstance(total.value, int)
+        and layers.value < total.value
+    ):
+        share = f"{layers.value}/{total.value}"
+        causes.append(Cause(45, f"only {share} layers offloaded to the GPU{_why(layers)}"))
     if "spec_synthetic" in new:
         causes.append(
             Cause(77, "synthetic speculative acceptance is on (benchmarking only, output invalid)")

@@ -55,6 +55,13 @@ class LevelMetrics(BaseModel):
         description="Successful requests whose usage.completion_tokens differs from the "
         "number of token-bearing chunks (engines may pack several tokens in one chunk).",
     )
+    chunks: int = Field(0, description="Token-bearing chunks of successful requests.")
+    tokens_per_chunk: float | None = Field(
+        None,
+        description="Output tokens per token-bearing chunk over successful requests with "
+        "usage: 1.0 when each chunk carries one token, more when a speculative engine packs "
+        "accepted drafts into one chunk.",
+    )
     errors: list[str] = Field(default_factory=list, description="Distinct error messages.")
 
 
@@ -100,6 +107,13 @@ def inter_token_latencies(record: RequestRecord) -> list[float]:
     return [b - a for a, b in itertools.pairwise(times)]
 
 
+def tokens_per_chunk(records: Sequence[RequestRecord]) -> float | None:
+    """Usage tokens over token-bearing chunks, over the records that report usage."""
+    counted = [r for r in records if r.completion_tokens is not None and r.token_times]
+    chunks = sum(len(r.token_times) for r in counted)
+    return sum(r.completion_tokens or 0 for r in counted) / chunks if chunks else None
+
+
 def level_metrics(level: LevelRun) -> LevelMetrics:
     """All figures of one level from its raw records."""
     ok = [r for r in level.records if r.ok]
@@ -130,6 +144,8 @@ def level_metrics(level: LevelRun) -> LevelMetrics:
         itl_s=distribution(itl),
         latency_s=distribution([r.latency for r in ok]),
         usage_chunk_mismatches=mismatches,
+        chunks=sum(len(r.token_times) for r in ok),
+        tokens_per_chunk=tokens_per_chunk(ok),
         errors=sorted({r.error for r in failed if r.error}),
     )
 

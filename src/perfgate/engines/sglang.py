@@ -44,7 +44,8 @@ def _server_args(match: re.Match[str]) -> dict[str, FactValue]:
     return arg_values(parse_server_args(match[1]))
 
 
-# SGLang log lines (srt/server_args.py, mem_cache/memory_pool.py, managers/scheduler.py)
+# SGLang log lines (srt/server_args.py, mem_cache/memory_pool.py, managers/scheduler.py,
+# model_executor/model_runner.py)
 SGLANG_LOG: tuple[LogPattern, ...] = (
     log_pattern(r"server_args=ServerArgs\((.*)\)", _server_args),
     log_pattern(
@@ -54,7 +55,7 @@ SGLANG_LOG: tuple[LogPattern, ...] = (
         r"max_total_num_tokens=(\d+).*max_running_requests=(\d+)",
         lambda m: {"max_running_requests": int(m[2])},
     ),
-    log_pattern(r"Capture cuda graph end", lambda m: {"cuda_graphs": True}),
+    log_pattern(r"(?i)Capture (?:[\w ]+ )?cuda graph end", lambda m: {"cuda_graphs": True}),
     log_pattern(r"using nccl==([\d.]+)", lambda m: {"nccl_version": m[1]}),
     log_pattern(
         r"Custom allreduce is disabled because (.*)", lambda m: {"custom_all_reduce": False}

