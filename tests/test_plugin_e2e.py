@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -267,7 +268,7 @@ def test_generic_endpoint_degrades_with_a_clear_message(tmp_path):
         )
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
-    assert "perfgate: warning: no tokenize endpoint: prompts of" in out
+    assert "perfgate: warning: no tokenize endpoint: completions prompts of" in out
     run = json.loads(runs_in(tmp_path / "out")[-1].read_text())
     assert any("input lengths are approximate" in note for note in run["notes"])
     levels = run["measurements"]["sweep"]["levels"]
@@ -444,8 +445,26 @@ def test_golden_outputs_catch_same_speed_different_answers(tmp_path):
     )
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
-    assert "golden greedy outputs:" in out and "exact (minimum 100%)" in out
-    assert "differs at character" in out
+    assert "golden greedy outputs:" in out and "0 of them near-tie flips (minimum 100%)" in out
+    assert "differs at character" in out and "> tie margin 0.2" in out
+    # recording over changed answers is refused unless they are accepted explicitly
+    bdir = tmp_path / "baselines"
+    shutil.copytree(ROOT / "baselines" / "llamacpp-gemma3-270m", bdir / "llamacpp-gemma3-270m")
+    golden_files = sorted((bdir / "llamacpp-gemma3-270m").glob("*.golden.json"))
+    before = [f.read_text() for f in golden_files]
+    args = ("-m", "perf", "-k", "golden", f"--profile={changed}", "--update-baselines")
+    refused = run_pytest(*args, baselines_option(bdir), f"--perf-output={tmp_path / 'o2'}")
+    out = refused.stdout + refused.stderr
+    assert refused.returncode == 1, out
+    assert "recording refused: if the new answers are intended" in out
+    assert [f.read_text() for f in golden_files] == before
+    accepted = run_pytest(
+        *args, "--perf-accept-golden", baselines_option(bdir), f"--perf-output={tmp_path / 'o3'}"
+    )
+    out = accepted.stdout + accepted.stderr
+    assert accepted.returncode == 0, out
+    assert "perfgate: golden output changed:" in out and "baseline figures unchanged" in out
+    assert [f.read_text() for f in golden_files] != before
 
 
 def test_speculative_profile_is_compared_with_its_twin(tmp_path):

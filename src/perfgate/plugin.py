@@ -324,6 +324,7 @@ def _summary_lines(perf: PerfgateSession) -> list[tuple[str, str]]:
     for check in checks if perf.baseline_tier == "exact" else []:
         if check.verdict == "improved":
             out.append(("green", f"  improved: {check.message()} (consider --update-baselines)"))
+    out += [("yellow", f"warning: {message}") for message in perf.warnings]
     if perf.correctness_failures and perf.run.measurements:
         out.append(
             (

@@ -118,6 +118,7 @@ class PerfgateSession:
         self._chat_countable: bool | None = None  # whether chat prompts can be counted
         self._twin_result: Greedy | str | None = None  # the twin's outputs, or why none
         self.backend_error: BackendError | None = None
+        self.warnings: list[str] = []  # what perfgate could not do as usual
         self.correctness_failures: list[str] = []
         self.unusable: list[str] = []  # correctness failures that make perf meaningless
         self.perf_selected = False  # whether this session runs perf tests (set by the plugin)
@@ -260,6 +261,7 @@ class PerfgateSession:
         """Say once, in the output and the run JSON, what perfgate could not do as usual."""
         if message not in self.run.notes:
             self.run.notes.append(message)
+            self.warnings.append(message)  # repeated in the terminal summary
             self.progress(f"perfgate: warning: {message}")
 
     def _probe_features(self, backend: Backend) -> None:
@@ -605,6 +607,17 @@ class PerfgateSession:
             status=self.run.status,
             correctness_failures=self.correctness_failures,
         )
+        golden_only = (
+            not self.run.measurements
+            and self.golden_outputs is not None
+            and self.run.status == "passed"
+            and not self.correctness_failures
+        )
+        if problems and golden_only:  # e.g. `pytest -m correctness --update-baselines`
+            return [
+                "perfgate: no performance measured in this run: baseline figures unchanged",
+                *self._record_golden(),
+            ]
         if problems:
             return [refuse + problems[0], *(f"  also: {p}" for p in problems[1:])]
         previous = self.known_baselines.get(self.hardware_key)
@@ -641,20 +654,27 @@ class PerfgateSession:
             f"{self.repeats} runs a level):",
             *diff_lines(previous, recorded),
         ]
-        if self.golden_outputs is not None:
-            if self.golden is not None:  # the file recording replaces, read at start
-                changed = [
-                    d
-                    for d in compare_golden(self.golden, self.golden_outputs.outputs)
-                    if not d.exact
-                ]
-                lines += [f"perfgate: golden output changed: {d.message()}" for d in changed]
-            save_golden(golden_path(self.baseline_path), self.golden_outputs)
-            lines.append(
-                f"perfgate: {len(self.golden_outputs.outputs)} golden greedy outputs "
-                f"written to {self._relative(golden_path(self.baseline_path))}"
-            )
+        lines += self._record_golden()
         # self.baseline stays the old one: the summary table shows old vs measured
+        return lines
+
+    def _record_golden(self) -> list[str]:
+        """Write this run's golden outputs next to the baseline; the lines to print (each
+        changed output, with where it changed)."""
+        if self.golden_outputs is None:
+            return []
+        lines = []
+        path = golden_path(self.baseline_path)
+        if self.golden is not None:  # the file recording replaces, read at start
+            changed = [
+                d for d in compare_golden(self.golden, self.golden_outputs.outputs) if not d.exact
+            ]
+            lines += [f"perfgate: golden output changed: {d.message()}" for d in changed]
+        save_golden(path, self.golden_outputs)
+        lines.append(
+            f"perfgate: {len(self.golden_outputs.outputs)} golden greedy outputs "
+            f"written to {self._relative(path)}"
+        )
         return lines
 
     def _relative(self, path: Path) -> str:
