@@ -477,8 +477,12 @@ def test_speculative_profile_is_compared_with_its_twin(tmp_path):
         f"--perf-output={tmp_path}",
     )
     out = result.stdout + result.stderr
-    assert "starting twin profile llamacpp-gemma3-270m" in out
     assert result.returncode == 0, out
+    # one server at a time: the twin starts, answers and stops before the profile's own
+    twin_start = out.index("starting twin profile llamacpp-gemma3-270m alone")
+    twin_stop = out.index("twin profile llamacpp-gemma3-270m stopped")
+    main_start = out.index("starting llamacpp for profile llamacpp-gemma3-270m-spec")
+    assert twin_start < twin_stop < main_start, out
 
 
 SPEC_PROFILE_TOML = (ROOT / "profiles" / "llamacpp-gemma3-270m-spec.toml").read_text()
