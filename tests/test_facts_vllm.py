@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfgate.engines import VLLM
+from perfgate.engines.vllm import split_fields
 
 LOGS = Path(__file__).parent / "data" / "logs"
 CONFIG = re.compile(r"^(.*Initializing a V1 LLM engine \(v[\w.+\-]+\) with config: )(.*)$")
@@ -33,25 +34,6 @@ def config_line(name: str) -> tuple[str, list[str]]:
         if match := CONFIG.match(line):
             return match[1], split_fields(match[2])
     raise AssertionError(f"{name} has no engine-config line")
-
-
-def split_fields(config: str) -> list[str]:
-    """``a=1, b=X(c=2, d='e, f'), ...`` split at the top level only."""
-    fields, depth, quote, start = [], 0, "", 0
-    for i, ch in enumerate(config):
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{<":
-            depth += 1
-        elif ch in ")]}>":
-            depth -= 1
-        elif ch == "," and depth == 0 and config[i + 1 : i + 2] == " ":
-            fields.append(config[start:i])
-            start = i + 2
-    fields.append(config[start:])
-    return fields
 
 
 def with_fields(prefix: str, fields: list[str]) -> str:

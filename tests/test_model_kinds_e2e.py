@@ -43,10 +43,11 @@ def last_run(output: Path) -> dict:
     return json.loads(sorted((output / "runs").glob("*.json"))[-1].read_text())
 
 
-def both_suites(profile: str, output: Path, *extra: str) -> tuple[int, str]:
+def perfgate_run(marker: str, profile: str | Path, output: Path, *extra: str) -> tuple[int, str]:
+    """`pytest -m MARKER --profile=...` as a user runs it: exit code and output."""
     result = run_pytest(
         "-m",
-        "perf or correctness",
+        marker,
         f"--profile={profile}",
         f"--perf-output={output}",
         "-p",
@@ -56,6 +57,10 @@ def both_suites(profile: str, output: Path, *extra: str) -> tuple[int, str]:
         timeout=1500,
     )
     return result.returncode, result.stdout + result.stderr
+
+
+def both_suites(profile: str, output: Path, *extra: str) -> tuple[int, str]:
+    return perfgate_run("perf or correctness", profile, output, *extra)
 
 
 # -- an instruct model through chat --------------------------------------------------------
@@ -88,16 +93,8 @@ def test_instruct_model_with_a_wrong_chat_template_fails_known_answers(tmp_path)
         "metrics = true }",
         f'metrics = true, chat-template = "{gemma_turns}" }}',
     )
-    result = run_pytest(
-        "-m",
-        "correctness",
-        "-k",
-        "known_answer",
-        f"--profile={profile}",
-        f"--perf-output={tmp_path / 'o'}",
-    )
-    out = result.stdout + result.stderr
-    assert result.returncode == 1, out[-4000:]
+    code, out = perfgate_run("correctness", profile, tmp_path / "o", "-k", "known_answer")
+    assert code == 1, out[-4000:]
     assert "known answers:" in out and "right (minimum 80%)" in out
     assert "FAILED suites/correctness/test_smoke.py::test_known_answer[0]" in out
 
@@ -123,16 +120,8 @@ def test_reasoning_parser_off_fails_the_reasoning_check_saying_so(tmp_path):
         'reasoning-format = "deepseek"',
         'reasoning-format = "none"',
     )
-    result = run_pytest(
-        "-m",
-        "correctness",
-        "-k",
-        "reasoning",
-        f"--profile={profile}",
-        f"--perf-output={tmp_path / 'o'}",
-    )
-    out = result.stdout + result.stderr
-    assert result.returncode == 1, out[-4000:]
+    code, out = perfgate_run("correctness", profile, tmp_path / "o", "-k", "reasoning")
+    assert code == 1, out[-4000:]
     assert "no reasoning text (checked fields: reasoning, reasoning_content)" in out
     assert "think tags leaked into the content (reasoning parser off?)" in out
 
@@ -168,11 +157,8 @@ def test_a_drafter_that_rarely_matches_fails_on_acceptance(tmp_path):
         "prompt_lookup_max = 4, prompt_lookup_min = 2",
         "prompt_lookup_max = 1, prompt_lookup_min = 1",
     )
-    result = run_pytest(
-        "-m", "perf", f"--profile={profile}", f"--perf-output={tmp_path / 'o'}", timeout=1500
-    )
-    out = result.stdout + result.stderr
-    assert result.returncode == 1, out[-6000:]
+    code, out = perfgate_run("perf", profile, tmp_path / "o")
+    assert code == 1, out[-6000:]
     assert re.search(r"accept_rate: measured .* → REGRESSED \(past the limit", out), out[-6000:]
     assert "draft acceptance" in out  # the diagnosis names it
 
@@ -183,18 +169,10 @@ def test_reasoning_with_speculation_on_vllm_passes_the_reasoning_check(tmp_path)
     regex) go with every request. (The profile's scope is this check: see its header.)"""
     require_vllm()
     require_smollm2()
-    result = run_pytest(
-        "-m",
-        "correctness",
-        "-k",
-        "reasoning",
-        "--profile=vllm-cpu-smollm2-reasoning",
-        f"--perf-output={tmp_path}",
-        "-rs",
-        timeout=1500,
+    code, out = perfgate_run(
+        "correctness", "vllm-cpu-smollm2-reasoning", tmp_path, "-k", "reasoning"
     )
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out[-6000:]
+    assert code == 0, out[-6000:]
     assert "SKIPPED [1] suites/correctness/test_reasoning.py" not in out
     assert "2 passed" in out
 
@@ -211,18 +189,10 @@ def test_base_model_on_speculative_vllm_says_the_eos_check_cannot_run(tmp_path):
         'dtype = "bfloat16", speculative-config = { method = "ngram", '
         "num_speculative_tokens = 4, prompt_lookup_max = 4, prompt_lookup_min = 2 } }",
     )
-    result = run_pytest(
-        "-m",
-        "correctness",
-        "-k",
-        "end_of_sequence or length",
-        f"--profile={profile}",
-        f"--perf-output={tmp_path / 'o'}",
-        "-rs",
-        timeout=1500,
+    code, out = perfgate_run(
+        "correctness", profile, tmp_path / "o", "-k", "end_of_sequence or length"
     )
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out[-6000:]
+    assert code == 0, out[-6000:]
     assert "end-of-sequence check cannot run on this base model here" in out
     assert "logit_bias" in out and "1 passed, 1 skipped" in out
     assert any("cannot run" in note for note in last_run(tmp_path / "o")["notes"])

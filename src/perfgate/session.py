@@ -28,10 +28,10 @@ from perfgate.baseline import (
     load_profile_baselines,
     save_baseline,
 )
-from perfgate.client import RequestRecord, SimpleClient
+from perfgate.client import RequestRecord
 from perfgate.diagnose import Diagnosis, diagnose
 from perfgate.engines import Engine, Facts, get_engine
-from perfgate.errors import BackendError, BaselineError, PerfgateError, WorkloadError
+from perfgate.errors import BackendError, BaselineError, WorkloadError
 from perfgate.figures import run_values
 from perfgate.gate import GatePolicy, Verdicts, choose_baseline
 from perfgate.golden import (
@@ -39,7 +39,6 @@ from perfgate.golden import (
     Greedy,
     compare_golden,
     golden_path,
-    greedy_outputs,
     load_golden,
     save_golden,
 )
@@ -55,8 +54,9 @@ from perfgate.load import (
 )
 from perfgate.metrics import LevelData, Measurement
 from perfgate.observe import SpecWindow, read_facts, rejected_extras, short_outputs
-from perfgate.profile import Profile, load_profile
+from perfgate.profile import Profile
 from perfgate.report import RunRecord, git_commit, render_table
+from perfgate.twin import twin_greedy
 from perfgate.workload import Prompt, Tokenizer, approximate_prompts, build_prompts
 
 Progress = Callable[[str], None]
@@ -312,32 +312,16 @@ class PerfgateSession:
             )
             self.degraded(self._twin_result)
             return
-        try:
-            twin = load_profile(name, self.root / "profiles")
-            twin = twin.model_copy(update={"server": twin.server.model_copy(update={"port": 0})})
-            engine = get_engine(twin.engine)
-            self.progress(
-                f"perfgate: starting twin profile {name} alone, before {self.profile.name}"
-            )
-            backend = launch(twin, engine, self.output_dir / "logs", owner=self.owner)
-        except (BackendError, PerfgateError) as exc:
-            self._twin_result = f"twin profile {name} could not start: {exc}"
-            return
-        try:
-            backend.wait_ready(twin.timeouts.startup_s)
-            client = SimpleClient(
-                backend.base_url,
-                twin.model.name,
-                timeout_s=twin.timeouts.request_s,
-                fields=twin.server.request_fields,
-            )
-            greedy = greedy_outputs(client, prompts, max_tokens, engine.deterministic_extras())
-            self._twin_result = greedy
-        except (BackendError, httpx.HTTPError) as exc:
-            self._twin_result = f"twin profile {name} failed: {exc}"
-        finally:
-            backend.stop()
-            self.progress(f"perfgate: twin profile {name} stopped")
+        self._twin_result = twin_greedy(
+            name,
+            self.root / "profiles",
+            prompts,
+            max_tokens,
+            log_dir=self.output_dir / "logs",
+            owner=self.owner,
+            before=self.profile.name,
+            progress=self.progress,
+        )
 
     def twin_problem(self) -> str:
         """Why the twin's outputs are missing ('' when they are there)."""

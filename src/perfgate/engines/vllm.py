@@ -129,12 +129,12 @@ ENGINE_CONFIG_KEYS = (
 )
 
 
-def split_config(config: str) -> dict[str, str]:
-    """``a=1, b=X(c=2, d='e, f'), ...`` into its top-level fields (nested ones stay in
-    their parent's text, so a nested field never passes for a top-level one)."""
-    fields: dict[str, str] = {}
+def split_fields(config: str) -> list[str]:
+    """``a=1, b=X(c=2, d='e, f'), ...`` split at the top level only (a field's nested
+    commas, brackets and quoted text stay inside it)."""
+    fields: list[str] = []
     depth, quote, start = 0, "", 0
-    for i, ch in enumerate(config + ", "):
+    for i, ch in enumerate(config):
         if quote:
             quote = "" if ch == quote else quote
         elif ch in "'\"":
@@ -143,11 +143,21 @@ def split_config(config: str) -> dict[str, str]:
             depth += 1
         elif ch in ")]}>":
             depth = max(depth - 1, 0)
-        elif ch == "," and depth == 0 and (config + ", ")[i + 1 : i + 2] == " ":
-            key, eq, value = config[start:i].partition("=")
-            if eq and re.fullmatch(r"\s*\w+", key):
-                fields.setdefault(key.strip(), value.strip())
+        elif ch == "," and depth == 0 and config[i + 1 : i + 2] == " ":
+            fields.append(config[start:i])
             start = i + 2
+    fields.append(config[start:])
+    return fields
+
+
+def split_config(config: str) -> dict[str, str]:
+    """``a=1, b=X(c=2, d='e, f'), ...`` into its top-level fields (nested ones stay in
+    their parent's text, so a nested field never passes for a top-level one)."""
+    fields: dict[str, str] = {}
+    for field in split_fields(config):
+        key, eq, value = field.partition("=")
+        if eq and re.fullmatch(r"\s*\w+", key):
+            fields.setdefault(key.strip(), value.strip())
     return fields
 
 
