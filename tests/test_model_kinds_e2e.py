@@ -52,7 +52,7 @@ def perfgate_run(marker: str, profile: str | Path, output: Path, *extra: str) ->
         f"--perf-output={output}",
         "-p",
         "no:cacheprovider",
-        "-rs",
+        "-rfEs",  # failures and skips in the short summary
         *extra,
         timeout=1500,
     )
