@@ -1,8 +1,4 @@
-"""Degeneracy detectors on real-shaped text, answer checks, and the code sandbox."""
-
-import os
-import time
-from pathlib import Path
+"""Degeneracy detectors on real-shaped text, answer checks, code extraction."""
 
 import pytest
 
@@ -15,7 +11,6 @@ from perfgate.quality import (
     garbage_fraction,
     is_degenerate,
     loop_fraction,
-    run_sandboxed,
 )
 
 LIMITS = DegeneracyLimits()
@@ -71,64 +66,6 @@ def test_extract_code_fenced_and_completion():
     assert extract_code(body, prefix="def is_prime(n):") == "def is_prime(n):\n    return n > 1\n"
     cut = "\n    return a + b\n\n\ndef sub(a, b):\n    return a -"
     assert extract_code(cut, prefix="def add(a, b):") == "def add(a, b):\n    return a + b\n"
-
-
-PRIME = """
-def is_prime(n):
-    if n < 2:
-        return False
-    i = 2
-    while i * i <= n:
-        if n % i == 0:
-            return False
-        i += 1
-    return True
-"""
-PRIME_TESTS = "assert [n for n in range(20) if is_prime(n)] == [2, 3, 5, 7, 11, 13, 17, 19]"
-
-
-def test_sandbox_passes_correct_code_and_fails_wrong_code():
-    assert run_sandboxed(PRIME, PRIME_TESTS).passed
-    wrong = run_sandboxed("def is_prime(n):\n    return n % 2 == 1\n", PRIME_TESTS)
-    assert not wrong.passed and "AssertionError" in wrong.output
-
-
-def test_sandbox_contains_a_runaway_loop():
-    t0 = time.monotonic()
-    result = run_sandboxed("while True:\n    pass\n", "", timeout_s=1.5)
-    assert time.monotonic() - t0 < 5
-    assert result.timed_out and not result.passed
-
-
-def test_sandbox_blocks_writes_outside_its_directory(tmp_path):
-    target = tmp_path / "escaped.txt"
-    code = f"open({str(target)!r}, 'w').write('owned')\n"
-    result = run_sandboxed(code, "")
-    assert not result.passed and "outside the sandbox" in result.output
-    assert not target.exists()
-    # writing inside its own directory is fine
-    assert run_sandboxed("open('scratch.txt', 'w').write('ok')\n", "").passed
-
-
-@pytest.mark.parametrize(
-    "code",
-    [
-        "import socket\nsocket.create_connection(('127.0.0.1', 9))\n",
-        "import subprocess\nsubprocess.run(['true'])\n",
-        "import os\nos.system('true')\n",
-        "import os, signal\nos.kill(1, signal.SIGTERM)\n",
-        "import os\nos.remove('/etc/hostname')\n",
-    ],
-)
-def test_sandbox_refuses_network_processes_and_file_changes(code):
-    result = run_sandboxed(code, "")
-    assert not result.passed and "sandbox:" in result.output, result.output
-    assert Path("/etc/hostname").exists() or not os.path.exists("/etc")
-
-
-def test_sandbox_limits_memory():
-    result = run_sandboxed("x = bytearray(2 << 30)\n", "", memory_mb=256)
-    assert not result.passed and "MemoryError" in result.output
 
 
 # Reasoning fields as the engines document them: vLLM `reasoning` (older

@@ -10,7 +10,8 @@ says what to do next::
     │   ├── BackendStartError   the server exited while starting (exit code + log tail)
     │   ├── ReadinessTimeout    the server did not become ready in time (log tail)
     │   └── EngineUnavailable   the engine's binary or model is not installed
-    └── WorkloadError           prompts of the requested shape could not be built
+    ├── WorkloadError           prompts of the requested shape could not be built
+    └── SandboxUnavailable      no OS isolation for generated code, and no leave to go without
 """
 
 from __future__ import annotations
@@ -55,3 +56,7 @@ class EngineUnavailable(BackendError):
 
 class WorkloadError(PerfgateError):
     """Prompts of the requested token length could not be built against this server."""
+
+
+class SandboxUnavailable(PerfgateError):
+    """Generated code would run without OS isolation, which the profile does not allow."""

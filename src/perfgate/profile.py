@@ -191,6 +191,13 @@ class CorrectnessSpec(_Strict):
         description="Run the code tasks; false for a model too small to write code (the "
         "check then says so in the test report, as a skip).",
     )
+    code_sandbox: Literal["isolated", "allow-guard"] = Field(
+        "isolated",
+        description="How the code tasks run the model's code. 'isolated': in OS namespaces "
+        "(bubblewrap); the check refuses to run where they are unavailable. 'allow-guard': "
+        "isolated where possible, else an audit hook and resource limits, which are not a "
+        "security boundary (the report says which ran).",
+    )
     code_min_pass: float = Field(
         1.0,
         gt=0,

@@ -1,27 +1,16 @@
-"""Correctness judgements: degenerate-text detectors, known answers, code run in a sandbox.
+"""Correctness judgements: degenerate-text detectors, known answers, code extraction.
 
 Every detector is a pure function of the text returning a number; ``degeneracy``
-compares the numbers with a profile's limits. The sandbox runs untrusted generated
-code in a child Python with a timeout, resource limits, a temporary directory as its
-only writable place, and no network or subprocesses.
+compares the numbers with a profile's limits. Extracted code runs in
+:mod:`perfgate.sandbox`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import resource
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
-import textwrap
 import unicodedata
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
 
 from perfgate.profile import DegeneracyLimits
 
@@ -183,107 +172,6 @@ def extract_code(text: str, prefix: str = "") -> str:
             break
         kept.append(line)
     return "\n".join(kept).rstrip() + "\n"
-
-
-@dataclass(frozen=True, slots=True)
-class SandboxResult:
-    """What happened to code run in the sandbox."""
-
-    passed: bool
-    returncode: int | None
-    timed_out: bool
-    output: str
-
-
-_GUARD = textwrap.dedent(
-    """
-    import os, sys
-    ROOT = os.path.realpath(os.getcwd())
-    _WRITE = ("w", "a", "x", "+")
-    _BLOCKED = {"socket.connect", "socket.bind", "socket.__new__", "subprocess.Popen",
-                "os.system", "os.exec", "os.posix_spawn", "os.fork", "os.forkpty",
-                "os.kill", "os.killpg", "ctypes.dlopen", "sys.addaudithook"}
-    _FS = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.symlink", "os.link",
-           "os.chmod", "os.chown", "os.truncate", "shutil.rmtree", "os.utime"}
-
-    def _inside(path):
-        try:
-            real = os.path.realpath(os.fsdecode(path))
-        except Exception:
-            return False
-        return real == ROOT or real.startswith(ROOT + os.sep)
-
-    def _hook(event, args):
-        if event in _BLOCKED:
-            raise PermissionError(f"sandbox: {event} is not allowed")
-        if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
-            mode = args[1] if len(args) > 1 and isinstance(args[1], str) else "r"
-            flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
-            writes = any(c in mode for c in _WRITE) or flags & (os.O_WRONLY | os.O_RDWR)
-            if writes and not _inside(args[0]):
-                raise PermissionError(f"sandbox: writing {args[0]!r} outside the sandbox")
-        if event in _FS and args and not all(
-            _inside(a) for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))
-        ):
-            raise PermissionError(f"sandbox: {event} outside the sandbox")
-
-    sys.addaudithook(_hook)
-    del _hook
-    exec(compile(open("candidate.py").read(), "candidate.py", "exec"), {"__name__": "candidate"})
-    """
-)
-
-
-def _limits(cpu_s: int, memory_mb: int) -> None:  # runs in the child before exec
-    os.setsid()
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-    resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (10 << 20, 10 << 20))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
-def run_sandboxed(
-    code: str, tests: str, *, timeout_s: float = 5.0, memory_mb: int = 512
-) -> SandboxResult:
-    """Run ``code`` then ``tests`` (asserts) in a sandboxed child Python.
-
-    Contained: wall and CPU timeouts (the whole process group is killed), address
-    space and file size limits, a fresh temporary directory as the working directory
-    and the only writable place, an empty environment, and an audit hook that refuses
-    sockets, subprocesses, signals and file changes outside that directory.
-    """
-    workdir = Path(tempfile.mkdtemp(prefix="perfgate-sandbox-"))
-    try:
-        (workdir / "candidate.py").write_text(code + "\n\n" + tests + "\n", encoding="utf-8")
-        (workdir / "guard.py").write_text(_GUARD, encoding="utf-8")
-        cpu = max(1, int(timeout_s))
-        proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "guard.py"],
-            cwd=workdir,
-            env={"PATH": "/usr/bin:/bin"},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            preexec_fn=lambda: _limits(cpu, memory_mb),
-        )
-        try:
-            out, _ = proc.communicate(timeout=timeout_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
-        text = out.decode(errors="replace")[-4000:]
-        code_rc = proc.returncode
-        return SandboxResult(
-            passed=not timed_out and code_rc == 0,
-            returncode=code_rc,
-            timed_out=timed_out or code_rc == -signal.SIGXCPU,
-            output=text,
-        )
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 REASONING_FIELDS = ("reasoning", "reasoning_content")

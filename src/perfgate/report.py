@@ -40,6 +40,9 @@ class RunRecord(BaseModel):
         default_factory=dict, description="The server's configuration facts (see diagnose)."
     )
     notes: list[str] = Field(default_factory=list)
+    code_sandbox: str | None = Field(
+        None, description="How the model's generated code was contained, when it ran."
+    )
 
     def write(self, path: Path) -> None:
         """Write atomically as JSON."""

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.quality import contains_answer, extract_code, run_sandboxed
+from perfgate.errors import SandboxUnavailable
+from perfgate.quality import contains_answer, extract_code
+from perfgate.sandbox import run_sandboxed
 
 pytestmark = [pytest.mark.correctness, pytest.mark.perf]
 DATA = Path(__file__).parent / "data"
@@ -40,6 +42,8 @@ def test_known_answers(asker, perfgate_session):
 
 
 def test_code_answers_run_in_the_sandbox(asker, perfgate_session):
+    """The model's code runs in OS isolation (``perfgate.sandbox``); where there is none,
+    only a profile's ``code_sandbox = 'allow-guard'`` lets the weaker guard run it."""
     spec = perfgate_session.profile.correctness
     if not spec.code_tasks:
         pytest.skip("the profile turns code tasks off (correctness.code_tasks = false)")
@@ -47,7 +51,19 @@ def test_code_answers_run_in_the_sandbox(asker, perfgate_session):
     for task in CODE[spec.prompt_style]:
         answer = asker.ask(task["prompt"], answer_tokens=task["max_tokens"], temperature=0)
         prefix = task["prompt"] if spec.prompt_style == "completion" else ""
-        result = run_sandboxed(extract_code(answer.content, prefix=prefix), task["tests"])
+        try:
+            result = run_sandboxed(
+                extract_code(answer.content, prefix=prefix),
+                task["tests"],
+                allow_guard=spec.code_sandbox == "allow-guard",
+            )
+        except SandboxUnavailable as exc:
+            perfgate_session.run.code_sandbox = f"refused: {exc}"
+            pytest.fail(str(exc), pytrace=False)
+        if perfgate_session.run.code_sandbox != result.isolation:
+            perfgate_session.run.code_sandbox = result.isolation
+            if not result.isolation.startswith("bubblewrap"):
+                perfgate_session.degraded(f"generated code ran under the {result.isolation}")
         if not result.passed:
             why = "timed out" if result.timed_out else result.output.strip()[-200:]
             failed.append(f"{task['name']}: {why}")
