@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import socket
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -108,8 +109,10 @@ for target in [{str(host_target)!r}, "/usr/pwned", "/input/pwned", "/tmp/inside"
     print(target, "touched" if status == 0 else "refused")
 print("uid", os.getuid())
 """
+    host_tmp = set(os.listdir(tempfile.gettempdir()))
     result = run(code, bwrap)
     assert result.passed, result.output
+    assert set(os.listdir(tempfile.gettempdir())) == host_tmp  # not even its workdir is left
     assert not host_target.exists() and not Path("/usr/pwned").exists()
     assert "/tmp/inside touched" in result.output  # its private /tmp is writable
     assert result.output.count("refused") == 3, result.output
@@ -209,6 +212,7 @@ while True:
         assert "fork refused" in result.output, result.output
     time.sleep(0.2)
     assert not leftovers(result.run_id)
+    assert not list(Path("/sys/fs/cgroup").glob(f"**/{result.run_id}"))  # its cgroup is gone
 
 
 def test_a_detached_child_dies_with_the_run(bwrap):
