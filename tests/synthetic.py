@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from perfgate.client import RequestRecord
+from perfgate.client.monitor import HarnessStats
 from perfgate.load import LevelRun
 from perfgate.metrics import LevelData, Measurement, SpecStats
 
@@ -17,6 +18,7 @@ def level_run(
     repeat: int = 0,
     accept: float | None = None,
     fail: int = 0,
+    harness_lag_s: float | None = None,
 ) -> LevelData:
     """One run of level C: c requests side by side, each with ``tok_s`` end to end (so the
     run's aggregate tok/s is c x tok_s) and TTFT ``ttft_s``; ``fail`` failed requests."""
@@ -39,7 +41,17 @@ def level_run(
     spec = None
     if accept is not None:
         spec = SpecStats(drafts=100, draft_tokens=400, accepted=400 * accept)
-    run = LevelRun(concurrency=c, records=records, start=0.0, end=latency)
+    harness = None
+    if harness_lag_s is not None:
+        harness = HarnessStats(
+            loop_lag_p50_s=harness_lag_s / 4,
+            loop_lag_p99_s=harness_lag_s,
+            loop_lag_max_s=harness_lag_s * 2,
+            ticks=100,
+            cpu_s=0.1,
+            wall_s=latency,
+        )
+    run = LevelRun(concurrency=c, records=records, start=0.0, end=latency, harness=harness)
     return LevelData.from_run(run, repeat, spec=spec)
 
 

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 
 from perfgate.cli import main
 from tests.helpers import ROOT
 
-RUN = ROOT / "baselines" / "llamacpp-gemma3-270m" / "cpu-2x-amd-epyc-avx512.run.json"
+RUN = ROOT / "baselines" / "llamacpp-gemma3-270m" / "cpu-2x-amd-epyc-avx512.run.json.gz"
+
+
+def read_run():
+    """The default profile's kept baseline run (a real run, schema 1: plain token times)."""
+    return json.loads(gzip.decompress(RUN.read_bytes()))
 
 
 def slowed(run, factor, measurement="sweep"):
@@ -23,7 +29,7 @@ def slowed(run, factor, measurement="sweep"):
 
 
 def test_a_run_against_its_own_repeats_passes_a_halved_one_regresses(tmp_path, capsys):
-    run = json.loads(RUN.read_text())
+    run = read_run()
     # NEW: the same real run with its repeats in the other order: the same figures
     for m in run["measurements"].values():
         m["levels"].reverse()
@@ -33,7 +39,7 @@ def test_a_run_against_its_own_repeats_passes_a_halved_one_regresses(tmp_path, c
     out = capsys.readouterr().out
     assert "configuration facts: no difference" in out and "no regression" in out
     half = tmp_path / "half.json"
-    half.write_text(json.dumps(slowed(json.loads(RUN.read_text()), 2.0)))
+    half.write_text(json.dumps(slowed(read_run(), 2.0)))
     assert main(["compare", str(RUN), str(half)]) == 1
     out = capsys.readouterr().out
     verdict = {line.split()[0]: line.split("|")[5].split()[0] for line in out.splitlines()
@@ -43,7 +49,7 @@ def test_a_run_against_its_own_repeats_passes_a_halved_one_regresses(tmp_path, c
 
 
 def test_a_level_missing_from_new_fails_as_missing(tmp_path, capsys):
-    run = json.loads(RUN.read_text())
+    run = read_run()
     sweep = run["measurements"]["sweep"]
     sweep["levels"] = [lv for lv in sweep["levels"] if lv["concurrency"] != 4]
     sweep["not_run"] = [4]
@@ -55,7 +61,7 @@ def test_a_level_missing_from_new_fails_as_missing(tmp_path, capsys):
 
 
 def test_changed_configuration_is_listed(tmp_path, capsys):
-    run = json.loads(RUN.read_text())
+    run = read_run()
     run["facts"]["threads"]["value"] = 1
     changed = tmp_path / "new.json"
     changed.write_text(json.dumps(run))
@@ -65,7 +71,7 @@ def test_changed_configuration_is_listed(tmp_path, capsys):
 
 
 def test_runs_without_facts_say_so(tmp_path, capsys):
-    run = json.loads(RUN.read_text())
+    run = read_run()
     run["facts"] = {}
     old = tmp_path / "old.json"
     old.write_text(json.dumps(run))

@@ -165,3 +165,27 @@ def test_a_server_that_stopped_batching_fails_the_any_hardware_scaling_target():
     checks = {c.key: c for c in GatePolicy().judge(serial, target, planned).checks}
     assert checks[key].verdict == "regressed", checks[key].message()
     assert checks["sweep.c1.agg_tok_s"].verdict != "regressed"  # fast enough in absolute terms
+
+
+def test_a_timing_figure_the_harness_error_could_flip_is_untrusted():
+    """TTFT baseline 100 ms, limit 105 ms. Measured 104 ms passes by 1 ms: with the
+    harness's loop lag up to 2 ms that pass cannot be vouched for; with 0.5 ms it can. A
+    TTFT of 200 ms regresses whatever the lag; tok/s figures are never affected."""
+    base = recorded()
+
+    def judged(ttft_s, lag_s):
+        sweep = measurement({c: NOISY[:3] for c in (1, 2, 4)}, ttft_s=ttft_s, harness_lag_s=lag_s)
+        runs = {"single": measurement({1: NOISY[:3]}), "sweep": sweep}
+        return {c.key: c for c in GatePolicy().judge(runs, base, PLANNED).checks}
+
+    shaky = judged(0.104, 0.002)
+    check = shaky["sweep.c4.ttft_s"]
+    assert check.verdict == "untrusted" and check.failed
+    assert "timing error at this level is up to 2.00 ms" in check.why
+    assert "within its limit" in check.why
+    assert shaky["sweep.c4.agg_tok_s"].verdict == "pass"
+    assert judged(0.104, 0.0005)["sweep.c4.ttft_s"].verdict == "pass"
+    assert judged(0.104, None)["sweep.c4.ttft_s"].verdict == "pass"  # no monitor: as before
+    assert judged(0.2, 0.002)["sweep.c4.ttft_s"].verdict == "regressed"
+    near_past = judged(0.106, 0.002)["sweep.c4.ttft_s"]  # 1 ms past the 105 ms limit
+    assert near_past.verdict == "untrusted" and "past its limit" in near_past.why

@@ -5,7 +5,7 @@ import asyncio
 import httpx
 import pytest
 
-from perfgate.load import RequestPlan, run_level, run_sweep
+from perfgate.load import RequestPlan, WorkerClients, run_level, run_sweep
 from perfgate.workload import Prompt
 from tests.scripted import completion_chunk, sse, usage_chunk
 
@@ -30,6 +30,9 @@ class SlowStream(httpx.AsyncByteStream):
 
 def client(tracker, delay=0.02):
     def handler(request):
+        if request.method == "GET":  # opening a pooled connection before the measured phase
+            tracker["connects"].append(len(tracker["requests"]))
+            return httpx.Response(200, json={"data": []})
         tracker["requests"].append(request.read())
         return httpx.Response(200, stream=SlowStream(tracker, delay))
 
@@ -37,7 +40,7 @@ def client(tracker, delay=0.02):
 
 
 def tracker():
-    return {"live": 0, "peak": 0, "requests": []}
+    return {"live": 0, "peak": 0, "requests": [], "connects": []}
 
 
 def prompts(n):
@@ -50,7 +53,7 @@ async def test_level_holds_concurrency_and_excludes_warmup(concurrency):
     t = tracker()
     async with client(t) as c:
         level = await run_level(
-            c,
+            WorkerClients(lambda: c),
             PLAN,
             prompts(2 + 3 * concurrency),
             concurrency=concurrency,
@@ -63,13 +66,23 @@ async def test_level_holds_concurrency_and_excludes_warmup(concurrency):
     assert level.start >= max(r.end for r in level.warmup_records)
     assert level.wall_s > 0
     assert len(t["requests"]) == 2 + 3 * concurrency
+    # one connection per request in flight is opened after the warmup, before the clock
+    assert t["connects"] == [2] * concurrency
+    assert level.harness is not None and level.harness.ticks >= 0
 
 
 @pytest.mark.asyncio
 async def test_level_deadline_marks_unstarted_requests_as_not_run():
     t = tracker()
     async with client(t, delay=0.3) as c:
-        level = await run_level(c, PLAN, prompts(10), concurrency=1, warmup=0, level_timeout_s=0.5)
+        level = await run_level(
+            WorkerClients(lambda: c),
+            PLAN,
+            prompts(10),
+            concurrency=1,
+            warmup=0,
+            level_timeout_s=0.5,
+        )
     assert level.deadline_hit
     errors = [r.error for r in level.records if not r.ok]
     assert len(level.records) == 10
@@ -99,7 +112,8 @@ def test_sweep_runs_levels_in_order_and_can_stop_early(monkeypatch):
     )
     assert [lv.concurrency for lv in sweep.levels] == [1, 2]
     assert sweep.not_run == [4, 8]
-    assert seen_levels == [("pool", 8)]  # one pooled client sized for the top level
+    # one client (one connection) per worker, made as levels need them, kept across levels
+    assert seen_levels == [("pool", 1), ("pool", 1)]
 
 
 def test_sweep_repeats_a_level_when_asked(monkeypatch):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.profile import DEFAULT_PROFILE, load_profile
+from perfgate.report import load_run
 from perfgate.session import PerfgateSession
 from tests.helpers import (
     ROOT,
@@ -296,7 +297,9 @@ def test_update_baselines_then_gate_against_them(tmp_path):
     assert first.returncode == 0, out
     files = sorted(p.name for p in (bdir / "tiny").iterdir())
     key = files[0].split(".")[0]
-    assert files == [f"{key}.golden.json", f"{key}.json", f"{key}.run.json"], files
+    assert files == [f"{key}.golden.json", f"{key}.json", f"{key}.run.json.gz"], files
+    kept = load_run(bdir / "tiny" / f"{key}.run.json.gz")  # the raw run, compressed
+    assert kept.status == "passed" and kept.measurements["sweep"].levels[0].records
     baseline = json.loads((bdir / "tiny" / f"{key}.json").read_text())
     assert baseline["profile"] == "tiny" and baseline["schema_version"] == 2
     assert {m["tolerance"] for m in baseline["metrics"].values()} == {0.6}

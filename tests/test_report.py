@@ -34,12 +34,12 @@ def test_table_shows_the_median_of_runs_and_baseline_columns():
     runs = Measurement(levels=[level(1), level(2), level(2)])
     runs.levels[2] = runs.levels[2].model_copy(update={"repeat": 1})
     plain = render_table("sweep", runs, None).splitlines()
-    assert plain[0].startswith(HEADER) and plain[0].endswith("| Runs")
+    assert plain[0].startswith(HEADER) and plain[0].endswith("| Runs | Lag(ms)")
     assert plain[2].startswith(
         "   1 |       1.50 |           1.50 |    0.500 |        3 |     2.00 |    1 |    0 |    1"
     )
     assert plain[3].startswith("   2 |       3.00 |")  # median of two runs of 3.00
-    assert plain[3].endswith("|    4 |    0 |    2")
+    assert plain[3].endswith("|    4 |    0 |    2 |       -")  # no harness stats here
     base = build_baseline("p", "cpu", {"sweep.c2.agg_tok_s": [2.0, 2.1, 1.9]}, None, {}, Rule())
     runs.not_run = [4]
     with_base = render_table("sweep", runs, base.baseline).splitlines()
@@ -63,3 +63,23 @@ def test_run_json_roundtrip_recomputes_the_same_metrics(tmp_path):
     stored = loaded.measurements["sweep"].levels[0]
     assert stored.records[0].token_times == [0.5, 1.0, 2.0]
     assert stored.recomputed() == stored.metrics
+
+
+def test_table_marks_a_level_whose_harness_timing_error_is_above_the_bound():
+    from perfgate.client.monitor import HarnessStats
+
+    def stats(lag):
+        return HarnessStats(
+            loop_lag_p50_s=lag / 2,
+            loop_lag_p99_s=lag,
+            loop_lag_max_s=lag,
+            ticks=9,
+            cpu_s=1,
+            wall_s=2,
+        )
+
+    quiet, busy = level(1), level(2)
+    quiet.harness, busy.harness = stats(0.0004), stats(0.0123)
+    lines = render_table("sweep", Measurement(levels=[quiet, busy]), None).splitlines()
+    assert lines[2].endswith("|    0.40")
+    assert lines[3].endswith("|  12.30!")

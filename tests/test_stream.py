@@ -153,3 +153,66 @@ async def test_invalid_json_in_stream_is_a_failed_record():
     async with client_for(clock, [(0.1, b"data: {not json\n\n")]) as client:
         record = await stream_request(client, request_body("completions", "m", "p", 4), clock=clock)
     assert not record.ok and "invalid JSON" in record.error
+
+
+STREAM = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    + b"".join(
+        b"%x\r\n%s\r\n" % (len(event), event)
+        for event in (
+            b'data: {"choices":[{"text":"a","finish_reason":"length"}]}\n\n',
+            b"data: [DONE]\n\n",
+        )
+    )
+    + b"0\r\n\r\n"
+)
+
+
+async def closing_server(cut_mid_stream: bool = False):
+    """A raw HTTP/1.1 server that answers one streamed request per connection and then
+    closes it without saying so, just as the next request arrives (the race seen with
+    llama.cpp's server); or cuts the stream after its headers. Returns (server,
+    base_url, connections accepted)."""
+    import asyncio
+
+    accepted = []
+
+    async def handle(reader, writer):
+        accepted.append(1)
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length")))  # fmt: skip
+        await reader.readexactly(length)
+        writer.write(STREAM[: STREAM.index(b"\r\n\r\n") + 4] if cut_mid_stream else STREAM)
+        await writer.drain()
+        if not cut_mid_stream:
+            await reader.read(1)  # the next request is on its way: close unanswered
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}", accepted
+
+
+async def test_a_kept_connection_the_server_closed_is_retried_once_on_a_new_one():
+    from perfgate.client.transport import pooled_client
+
+    server, url, accepted = await closing_server()
+    async with server, pooled_client(url, 1, 10) as client:
+        body = request_body("completions", "m", "p", 1)
+        first = await stream_request(client, body)
+        second = await stream_request(client, body)  # goes out on the closed connection
+    assert first.ok and first.reconnects == 0
+    assert second.ok and second.reconnects == 1 and second.text == "a"
+    assert len(accepted) == 2
+    assert second.sent is not None and second.sent > second.start
+
+
+async def test_a_stream_cut_after_the_response_began_is_a_failure_not_a_retry():
+    from perfgate.client.transport import pooled_client
+
+    server, url, accepted = await closing_server(cut_mid_stream=True)
+    async with server, pooled_client(url, 1, 10) as client:
+        record = await stream_request(client, request_body("completions", "m", "p", 1))
+    assert not record.ok and record.reconnects == 0 and len(accepted) == 1
+    assert record.status == 200 and "RemoteProtocolError" in (record.error or "")

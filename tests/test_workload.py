@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfgate.errors import WorkloadError
-from perfgate.workload import build_prompts
+from perfgate.workload import PLAN_WORDS, build_prompts, word_costs
 
 
 class UnevenTokenizer:
@@ -29,14 +29,34 @@ def test_exact_length_for_any_target(input_len, seed):
 
 def test_seeded_distinct_and_cheap():
     tok = UnevenTokenizer()
-    a = build_prompts(tok, 8, 100, seed=7)
-    calls_per_prompt = tok.calls / 8
-    b = build_prompts(UnevenTokenizer(), 8, 100, seed=7)
-    c = build_prompts(UnevenTokenizer(), 8, 100, seed=8)
+    costs = word_costs(tok)
+    calibration = tok.calls
+    assert calibration == 2 * len(PLAN_WORDS) + 1  # once a session
+    a = build_prompts(tok, 50, 1000, seed=7, costs=costs)
+    assert tok.calls - calibration == 50  # one count a prompt, to check its plan
+    b = build_prompts(UnevenTokenizer(), 50, 1000, seed=7)
+    c = build_prompts(UnevenTokenizer(), 50, 1000, seed=8)
     assert a == b and a != c
-    assert len({p.text for p in a}) == 8
+    assert len({p.text for p in a}) == 50
     assert len({p.text.split()[0] + p.text.split()[1] for p in a}) > 1  # prefixes differ
-    assert calls_per_prompt < 12
+
+
+class MergingTokenizer(UnevenTokenizer):
+    """Like a tokenizer that merges across words: a word ending in "e" and one starting
+    with "t" share a token, so costs counted after "the" do not add up in other company,
+    plans miss, and the search takes over."""
+
+    def count(self, text):
+        return super().count(text) - text.count("e t")
+
+
+def test_a_plan_the_server_counts_differently_falls_back_to_searching():
+    tok = MergingTokenizer()
+    costs = word_costs(tok)
+    before = tok.calls
+    prompts = build_prompts(tok, 40, 300, seed=3, costs=costs)
+    assert tok.calls - before > 2 * 40  # some plans missed and were searched for
+    assert all(tok.count(p.text) == 300 == p.tokens for p in prompts)
 
 
 def test_impossible_length_is_a_clear_error():

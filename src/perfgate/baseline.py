@@ -122,8 +122,8 @@ class Check(BaseModel):
 
     @property
     def failed(self) -> bool:
-        """Whether this check fails the build (regressed, or missing)."""
-        return self.verdict in ("regressed", "missing")
+        """Whether this check fails the build (regressed, untrusted, or missing)."""
+        return self.verdict in ("regressed", "untrusted", "missing")
 
     def message(self) -> str:
         """One line naming figure, measured (with interval), baseline, limit and Δ%."""
@@ -227,7 +227,7 @@ def load_profile_baselines(baselines_dir: Path, profile: str) -> dict[str, Basel
     directory = baselines_dir / profile
     found: dict[str, Baseline] = {}
     for path in sorted(directory.glob("*.json")):
-        if "." in path.stem:  # <key>.run.json, <key>.golden.json sit next to baselines
+        if "." in path.stem:  # <key>.golden.json sits next to baselines
             continue
         baseline = load_baseline(path)
         assert baseline is not None
@@ -339,10 +339,15 @@ def _key_order(key: str) -> tuple[str, int, int]:
 
 def write_json_atomic(path: Path, payload: str) -> None:
     """Write a file so readers see the old or the new content, never half of it."""
+    write_bytes_atomic(path, payload.encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, payload: bytes) -> None:
+    """Write a file so readers see the old or the new content, never half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         os.replace(tmp, path)

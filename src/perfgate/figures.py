@@ -6,6 +6,10 @@ A figure gives one value per run of a level (the sampling unit of every verdict)
 - ``per_request_tok_s``: the median over the run's requests of their tok/s;
 - ``ttft_s``: the median over the run's requests of their TTFT;
 - ``accept_rate``: speculative acceptance over the run's measured window;
+
+A figure read off token timestamps (``timing``) is only as exact as the harness: a
+level's timing error bound (its event loop's lag, ``HarnessStats``) can move it, and
+the gate says when that could change its verdict.
 - ``scaling`` (levels above C=1): the aggregate tok/s of run i of the level over that of
   run i of C=1 (paired, so runs stay independent samples): the shape of concurrency
   scaling, which holds across machines where absolute tok/s does not. It is a
@@ -43,6 +47,7 @@ class Figure:
     absent_when: str  # why a run may not produce it
     value: Callable[[LevelData], float | None]
     recorded: bool = True  # False: a hand-set target only, left out of recorded baselines
+    timing: bool = False  # read off token timestamps: the harness's timing error applies
 
     def run_values(self, runs: Iterable[LevelData]) -> list[float]:
         """One value per run that produced this figure."""
@@ -78,7 +83,9 @@ FIGURES: tuple[Figure, ...] = (
         "no request of the level succeeded",
         _per_request,
     ),
-    Figure("ttft_s", "TTFT(s)", "s", "lower", 0.05, "no request streamed a token", _ttft),
+    Figure(
+        "ttft_s", "TTFT(s)", "s", "lower", 0.05, "no request streamed a token", _ttft, timing=True
+    ),
     Figure(
         "accept_rate",
         "Accept%",
@@ -157,4 +164,16 @@ def run_values(measurements: dict[str, Measurement]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for name, measurement in measurements.items():
         out.update(measurement_values(name, measurement))
+    return out
+
+
+def timing_error_bounds(measurements: dict[str, Measurement]) -> dict[tuple[str, int], float]:
+    """The harness's timing error bound of each (measurement, level): the largest of its
+    runs' loop-lag 99th percentiles (levels run without a monitor are left out)."""
+    out: dict[tuple[str, int], float] = {}
+    for name, measurement in measurements.items():
+        for c, runs in measurement.by_concurrency().items():
+            bounds = [r.harness.error_bound_s for r in runs if r.harness is not None]
+            if bounds:
+                out[(name, c)] = max(bounds)
     return out

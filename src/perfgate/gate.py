@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from perfgate.baseline import ANY_HARDWARE, Baseline, Check, compare, missing
-from perfgate.figures import BY_NAME, figure_key, level_values, parse_key, run_values
+from perfgate.figures import (
+    BY_NAME,
+    figure_key,
+    level_values,
+    parse_key,
+    run_values,
+    timing_error_bounds,
+)
 from perfgate.metrics import LevelData, Measurement
 from perfgate.stats import Rule, comparison, estimate, limits, t_quantile
 
@@ -99,8 +106,11 @@ class GatePolicy:
         planned: Mapping[str, Sequence[int]],
     ) -> Verdicts:
         """Every baseline figure judged: measured ones against their limits, the others
-        MISSING with the reason; figures measured without a baseline are listed too."""
+        MISSING with the reason; figures measured without a baseline are listed too. A
+        timing figure whose verdict the harness's own timing error could flip is
+        UNTRUSTED (:func:`harness_verdict`)."""
         values = run_values(dict(measurements))
+        bounds = timing_error_bounds(dict(measurements))
         expected = baseline.metrics if baseline else {}
         checks: list[Check] = []
         retired: list[str] = []
@@ -109,7 +119,10 @@ class GatePolicy:
                 retired.append(key)
             elif key in values:
                 n = len(values[key])
-                checks.append(compare(key, values[key], exp, self.rule(baseline, n))[0])
+                check = compare(key, values[key], exp, self.rule(baseline, n))[0]
+                parsed = parse_key(key)
+                error = bounds.get((parsed.measurement, parsed.concurrency))
+                checks.append(harness_verdict(check, error) if parsed.figure.timing else check)
             else:
                 checks.append(missing(key, missing_reason(key, measurements, planned), exp))
         for key in values.keys() - expected.keys():
@@ -144,6 +157,32 @@ class GatePolicy:
                         f"{MIN_RECORD_RUNS} to measure its noise (--perf-repeats 5)"
                     )
         return problems
+
+
+def harness_verdict(check: Check, error_s: float | None) -> Check:
+    """A timing figure's verdict stands only if it holds with the measured value moved by
+    the harness's timing error bound either way: a regression past the limit by more
+    than the error, a pass within it by more than the error. Otherwise UNTRUSTED: the
+    harness cannot tell the engine's time from its own."""
+    if (
+        error_s is None
+        or check.verdict not in ("pass", "improved", "regressed")
+        or check.measured is None
+        or check.limit is None
+    ):
+        return check
+    sign = 1.0 if check.direction == "lower" else -1.0  # + : worse
+    past = sign * (check.measured - check.limit)  # > 0: past the limit
+    if abs(past) > error_s:
+        return check
+    side = "past" if past > 0 else "within"
+    why = (
+        f"{check.why}; but the harness's timing error at this level is up to "
+        f"{error_s * 1000:.2f} ms (event-loop lag p99), more than the {abs(past) * 1000:.2f} "
+        f"ms the figure is {side} its limit: rerun on a quieter client, or with fewer "
+        "requests in flight per client process"
+    )
+    return check.model_copy(update={"verdict": "untrusted", "why": why})
 
 
 def choose_baseline(known: Mapping[str, Baseline], key: str) -> tuple[Baseline | None, Tier]:

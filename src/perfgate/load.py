@@ -2,7 +2,14 @@
 
 A level is closed-loop: C workers each send their next request as soon as the
 previous one ends, until N measured requests are done. Warmup requests run first
-and are not measured. All requests of a sweep share one pooled ``httpx.AsyncClient``.
+and are not measured.
+
+Each worker has a connection of its own (:class:`WorkerClients`), kept across the
+levels of a sweep. One shared httpx pool would not do: it hands one idle connection to
+several new requests at once and makes the others wait, so 64 requests launched
+together had 14 in flight at the server. Before the clock starts, every body is encoded
+and each worker's connection is open, so that neither lands in a request's TTFT. A
+:class:`LoopMonitor` watches the harness's own lag and CPU during the measured requests.
 """
 
 from __future__ import annotations
@@ -15,7 +22,9 @@ from typing import Any, Literal
 
 import httpx
 
-from perfgate.client import Api, RequestRecord, request_body, stream_request
+from perfgate.client import Api, RequestRecord, encode_body, request_body, stream_request
+from perfgate.client.monitor import HarnessStats, LoopMonitor
+from perfgate.client.transport import pooled_client
 from perfgate.workload import Prompt
 
 OnRecord = Callable[[int, RequestRecord], None]
@@ -33,6 +42,13 @@ class RequestPlan:
     request_timeout_s: float
     extras: dict[str, Any] = field(default_factory=dict)
     reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning")
+    connect_path: str = "/v1/models"  # a cheap GET that opens a pooled connection
+
+    def body(self, prompt: str) -> bytes:
+        """The encoded body of one request."""
+        return encode_body(
+            request_body(self.api, self.model, prompt, self.output_len, **self.extras)
+        )
 
     def output_problem(self, record: RequestRecord) -> str | None:
         """Why a completed request's output does not count (None: it does).
@@ -68,6 +84,7 @@ class LevelRun:
     end: float
     warmup_records: list[RequestRecord] = field(default_factory=list)
     deadline_hit: bool = False
+    harness: HarnessStats | None = None
 
     @property
     def wall_s(self) -> float:
@@ -81,16 +98,6 @@ class SweepRun:
 
     levels: list[LevelRun]
     not_run: list[int]
-
-
-def pooled_client(base_url: str, max_connections: int, timeout_s: float) -> httpx.AsyncClient:
-    """The one async client a sweep uses: enough pooled connections for the top level."""
-    limits = httpx.Limits(
-        max_connections=max_connections, max_keepalive_connections=max_connections
-    )
-    return httpx.AsyncClient(
-        base_url=base_url, limits=limits, timeout=httpx.Timeout(timeout_s, connect=10.0)
-    )
 
 
 RoundRunner = Callable[[Callable[[], None], int], None]
@@ -115,11 +122,10 @@ class SequentialClient:
     def send(self, prompt: str) -> RequestRecord:
         """One streamed request, its output checked (:meth:`RequestPlan.checked`)."""
         plan = self.plan
-        body = request_body(plan.api, plan.model, prompt, plan.output_len, **plan.extras)
         record = self._loop.run_until_complete(
             stream_request(
                 self._client,
-                body,
+                plan.body(prompt),
                 index=self.sent,
                 api=plan.api,
                 timeout_s=plan.request_timeout_s,
@@ -136,22 +142,64 @@ class SequentialClient:
         self._loop.close()
 
 
+class WorkerClients:
+    """One client, with one connection, per worker, made on first use and kept until
+    closed. ``make`` builds a client (tests pass one shared mock client)."""
+
+    def __init__(self, make: Callable[[], httpx.AsyncClient]) -> None:
+        self._make = make
+        self._clients: list[httpx.AsyncClient] = []
+
+    def client(self, worker: int) -> httpx.AsyncClient:
+        """Worker ``worker``'s client."""
+        while len(self._clients) <= worker:
+            self._clients.append(self._make())
+        return self._clients[worker]
+
+    async def open(self, count: int, path: str) -> None:
+        """Have the first ``count`` workers' connections open: one cheap GET each, all at
+        once (the answer does not matter; a refused connection shows in the requests that
+        follow)."""
+
+        async def one(worker: int) -> None:
+            try:
+                response = await self.client(worker).get(path)
+                await response.aclose()
+            except httpx.HTTPError:
+                pass
+
+        await asyncio.gather(*(one(k) for k in range(count)))
+
+    async def aclose(self) -> None:
+        """Close every client (each once)."""
+        for client in {id(c): c for c in self._clients}.values():
+            await client.aclose()
+        self._clients.clear()
+
+    async def __aenter__(self) -> WorkerClients:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
 async def _run_requests(
-    client: httpx.AsyncClient,
+    clients: WorkerClients,
     plan: RequestPlan,
-    prompts: Sequence[Prompt],
+    bodies: Sequence[bytes],
     concurrency: int,
     deadline: float,
     clock: Callable[[], float],
     on_record: OnRecord | None,
 ) -> tuple[list[RequestRecord], bool]:
-    records: list[RequestRecord | None] = [None] * len(prompts)
+    records: list[RequestRecord | None] = [None] * len(bodies)
     next_index = 0
     deadline_hit = False
 
-    async def worker() -> None:
+    async def worker(k: int) -> None:
         nonlocal next_index, deadline_hit
-        while next_index < len(prompts):
+        client = clients.client(k)
+        while next_index < len(bodies):
             i = next_index
             next_index += 1
             remaining = deadline - clock()
@@ -161,13 +209,10 @@ async def _run_requests(
                     index=i, start=clock(), end=clock(), error="not run: level deadline exceeded"
                 )
                 continue
-            body = request_body(
-                plan.api, plan.model, prompts[i].text, plan.output_len, **plan.extras
-            )
             record = plan.checked(
                 await stream_request(
                     client,
-                    body,
+                    bodies[i],
                     index=i,
                     api=plan.api,
                     timeout_s=min(plan.request_timeout_s, remaining),
@@ -179,12 +224,12 @@ async def _run_requests(
             if on_record is not None:
                 on_record(i, record)
 
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(prompts)))))
+    await asyncio.gather(*(worker(k) for k in range(min(concurrency, len(bodies)))))
     return [r for r in records if r is not None], deadline_hit
 
 
 async def run_level(
-    client: httpx.AsyncClient,
+    clients: WorkerClients,
     plan: RequestPlan,
     prompts: Sequence[Prompt],
     *,
@@ -198,14 +243,17 @@ async def run_level(
     """Run ``warmup`` unmeasured requests, then the rest of ``prompts`` at ``concurrency``.
     ``on_measure_start`` runs between the two (e.g. to read server counters)."""
     deadline = clock() + level_timeout_s
-    warm, measured = prompts[:warmup], prompts[warmup:]
-    warmup_records, _ = await _run_requests(client, plan, warm, concurrency, deadline, clock, None)
+    bodies = [plan.body(p.text) for p in prompts]
+    warm, measured = bodies[:warmup], bodies[warmup:]
+    warmup_records, _ = await _run_requests(clients, plan, warm, concurrency, deadline, clock, None)
     if on_measure_start is not None:
         on_measure_start()
-    start = clock()
-    records, deadline_hit = await _run_requests(
-        client, plan, measured, concurrency, deadline, clock, on_record
-    )
+    await clients.open(min(concurrency, len(measured)), plan.connect_path)
+    async with LoopMonitor(clock=clock) as monitor:
+        start = clock()
+        records, deadline_hit = await _run_requests(
+            clients, plan, measured, concurrency, deadline, clock, on_record
+        )
     end = max((r.end for r in records), default=start)
     return LevelRun(
         concurrency=concurrency,
@@ -214,6 +262,7 @@ async def run_level(
         end=end,
         warmup_records=warmup_records,
         deadline_hit=deadline_hit,
+        harness=monitor.stats(),
     )
 
 
@@ -230,20 +279,21 @@ async def run_sweep(
     on_level: Callable[[LevelRun, int], None] | None = None,
     on_measure_start: Callable[[], None] | None = None,
 ) -> SweepRun:
-    """Run levels in order on one pooled client.
+    """Run levels in order, each worker on its own connection for the whole sweep.
 
     After each run of a level, ``after_level(concurrency, runs_so_far)`` says what next:
     ``"next"`` level, ``"repeat"`` this level, or ``"stop"`` the sweep (early abort).
     ``prompts_for(concurrency, repeat)`` gives each run's prompts, warmup first.
     """
     done: list[LevelRun] = []
-    async with pooled_client(base_url, max(levels), plan.request_timeout_s) as client:
+    timeout = plan.request_timeout_s
+    async with WorkerClients(lambda: pooled_client(base_url, 1, timeout)) as clients:
         for position, concurrency in enumerate(levels):
             runs: list[LevelRun] = []
             while True:
                 prompts = prompts_for(concurrency, len(runs))
                 level = await run_level(
-                    client,
+                    clients,
                     plan,
                     prompts,
                     concurrency=concurrency,

@@ -8,7 +8,10 @@ Definitions (also in the README):
   by the level's wall time (first measured request sent to last one finished).
 - **per-request tok/s**: a request's output tokens divided by its end-to-end latency
   (sending to last byte, TTFT included); reported as the mean over successful requests.
-- **TTFT**: sending to the first chunk that carries content or reasoning text.
+- **TTFT**: sending (the request's last byte written) to the first chunk that carries
+  content or reasoning text.
+- **client delay**: the harness's own time from starting a request to sending it
+  (connection setup included); not part of TTFT or latency.
 - **TPOT**: (latency - TTFT) / (output tokens - 1), per request.
 - **ITL**: gaps between consecutive token-bearing chunks, pooled over requests.
 - Percentiles interpolate linearly between order statistics (numpy's default).
@@ -16,13 +19,16 @@ Definitions (also in the README):
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_serializer, field_validator
 
 from perfgate.client import RequestRecord
+from perfgate.client.monitor import HarnessStats
 from perfgate.load import LevelRun
 
 
@@ -50,6 +56,10 @@ class LevelMetrics(BaseModel):
     tpot_s: Distribution = Field(description="Time per output token after the first.")
     itl_s: Distribution = Field(description="Gaps between token-bearing chunks.")
     latency_s: Distribution = Field(description="End-to-end request latency.")
+    client_delay_s: Distribution = Field(
+        default_factory=Distribution,
+        description="The harness's time from starting a request to sending its last byte.",
+    )
     usage_chunk_mismatches: int = Field(
         0,
         description="Successful requests whose usage.completion_tokens differs from the "
@@ -63,6 +73,11 @@ class LevelMetrics(BaseModel):
         "accepted drafts into one chunk.",
     )
     errors: list[str] = Field(default_factory=list, description="Distinct error messages.")
+    reconnects: int = Field(
+        0,
+        description="Requests sent again at once because their kept connection had been "
+        "closed by the server (before any response byte).",
+    )
 
 
 def percentile(sorted_samples: Sequence[float], q: float) -> float:
@@ -143,10 +158,14 @@ def level_metrics(level: LevelRun) -> LevelMetrics:
         tpot_s=distribution(tpot),
         itl_s=distribution(itl),
         latency_s=distribution([r.latency for r in ok]),
+        client_delay_s=distribution(
+            [d for r in level.records if (d := r.client_delay) is not None]
+        ),
         usage_chunk_mismatches=mismatches,
         chunks=sum(len(r.token_times) for r in ok),
         tokens_per_chunk=tokens_per_chunk(ok),
         errors=sorted({r.error for r in failed if r.error}),
+        reconnects=sum(r.reconnects for r in level.records),
     )
 
 
@@ -176,6 +195,43 @@ class SpecStats(BaseModel):
         return [a / self.drafts for a in self.accepted_per_position] if self.drafts else []
 
 
+MICROSECONDS = 1_000_000
+
+
+def _offsets_us(record: RequestRecord) -> list[int]:
+    return [round((t - record.start) * MICROSECONDS) for t in record.token_times]
+
+
+def _times(start: float, offsets_us: Sequence[int]) -> list[float]:
+    return [start + offset / MICROSECONDS for offset in offsets_us]
+
+
+def quantized(record: RequestRecord) -> RequestRecord:
+    """The record with its token times rounded to whole microseconds after its start,
+    exactly as the run JSON stores them (so stored metrics recompute identically)."""
+    return dataclasses.replace(record, token_times=_times(record.start, _offsets_us(record)))
+
+
+def stored_record(record: RequestRecord) -> dict[str, Any]:
+    """A record as the run JSON keeps it: token times as ``token_gaps_us``, integer
+    microseconds (the first from ``start``, then between chunks)."""
+    data = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    offsets = _offsets_us(record)
+    del data["token_times"]
+    data["token_gaps_us"] = [b - a for a, b in itertools.pairwise([0, *offsets])]
+    return data
+
+
+def loaded_record(data: dict[str, Any]) -> RequestRecord:
+    """A record read back from :func:`stored_record` (or schema 1's ``token_times``)."""
+    data = dict(data)
+    if "token_gaps_us" in data:
+        data["token_times"] = _times(
+            data["start"], list(itertools.accumulate(data.pop("token_gaps_us")))
+        )
+    return RequestRecord(**data)
+
+
 class LevelData(BaseModel):
     """One level of a measurement: raw records and the metrics derived from them."""
 
@@ -188,10 +244,25 @@ class LevelData(BaseModel):
     records: list[RequestRecord]
     metrics: LevelMetrics
     spec: SpecStats | None = Field(None, description="Speculative decoding in this run.")
+    harness: HarnessStats | None = Field(
+        None, description="The harness's own loop lag and CPU during the measured requests."
+    )
+
+    @field_serializer("records")
+    def _store_records(self, records: list[RequestRecord]) -> list[dict[str, Any]]:
+        return [stored_record(r) for r in records]
+
+    @field_validator("records", mode="before")
+    @classmethod
+    def _load_records(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [loaded_record(r) if isinstance(r, dict) else r for r in value]
+        return value
 
     @classmethod
     def from_run(cls, level: LevelRun, repeat: int = 0, spec: SpecStats | None = None) -> LevelData:
-        """Keep a level's raw records with its metrics."""
+        """Keep a level's raw records (token times to the microsecond) with its metrics."""
+        level = dataclasses.replace(level, records=[quantized(r) for r in level.records])
         return cls(
             spec=spec,
             concurrency=level.concurrency,
@@ -202,6 +273,7 @@ class LevelData(BaseModel):
             warmup_requests=len(level.warmup_records),
             records=level.records,
             metrics=level_metrics(level),
+            harness=level.harness,
         )
 
     def recomputed(self) -> LevelMetrics:

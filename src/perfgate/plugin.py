@@ -295,7 +295,12 @@ def _summary_lines(perf: PerfgateSession) -> list[tuple[str, str]]:
     judged = [c for c in checks if c.verdict not in ("missing", "no-baseline")]
     missing = [c for c in checks if c.verdict == "missing"]
     regressed = [c for c in checks if c.verdict == "regressed"]
-    for title, found in (("REGRESSIONS", regressed), ("MISSING", missing)):
+    untrusted = [c for c in checks if c.verdict == "untrusted"]
+    for title, found in (
+        ("REGRESSIONS", regressed),
+        ("UNTRUSTED: the harness's timing error could flip the verdict", untrusted),
+        ("MISSING", missing),
+    ):
         if found:
             out.append(("red", f"{title} ({len(found)}):"))
             out += [("red", f"  {check.message()}") for check in found]
@@ -304,7 +309,7 @@ def _summary_lines(perf: PerfgateSession) -> list[tuple[str, str]]:
     if not_run:
         out.append(("red", f"levels not run: {not_run}"))
     complete = perf.run.status == "passed" and not missing and not not_run
-    if judged and complete and not regressed:
+    if judged and complete and not regressed and not untrusted:
         out.append(
             (
                 "green",
@@ -318,7 +323,8 @@ def _summary_lines(perf: PerfgateSession) -> list[tuple[str, str]]:
             (
                 "yellow",
                 f"run {perf.run.status}: {len(judged)} of {total} baseline figures judged, "
-                f"{len(regressed)} regressed, {len(missing)} missing",
+                f"{len(regressed)} regressed, {len(missing)} missing"
+                + (f", {len(untrusted)} untrusted" if untrusted else ""),
             )
         )
     for check in checks if perf.baseline_tier == "exact" else []:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import re
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
@@ -9,14 +11,14 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from perfgate.baseline import Baseline, Check, write_json_atomic
+from perfgate.baseline import Baseline, Check, write_bytes_atomic, write_json_atomic
 from perfgate.engines import Fact
 from perfgate.errors import PerfgateError
 from perfgate.figures import FIGURES, figure_key
-from perfgate.metrics import Measurement
+from perfgate.metrics import LevelData, Measurement
 from perfgate.stats import median
 
-RUN_SCHEMA_VERSION = 1
+RUN_SCHEMA_VERSION = 2  # 2: token times as integer microsecond gaps
 
 
 class RunRecord(BaseModel):
@@ -45,8 +47,25 @@ class RunRecord(BaseModel):
     )
 
     def write(self, path: Path) -> None:
-        """Write atomically as JSON."""
-        write_json_atomic(path, self.model_dump_json(indent=1) + "\n")
+        """Write atomically as JSON: indented, with arrays of numbers on one line."""
+        write_json_atomic(path, self.text())
+
+    def text(self) -> str:
+        """The run JSON's text."""
+        return one_line_number_arrays(self.model_dump_json(indent=1)) + "\n"
+
+    def write_compressed(self, path: Path) -> None:
+        """Write atomically as gzip-compressed JSON (``.json.gz``), byte-identical for the
+        same run (no timestamp in the gzip header)."""
+        write_bytes_atomic(path, gzip.compress(self.text().encode(), mtime=0))
+
+
+_NUMBER_ARRAY = re.compile(r"\[(?:\s*-?[0-9][0-9.eE+-]*,)*\s*-?[0-9][0-9.eE+-]*\s*\]")
+
+
+def one_line_number_arrays(text: str) -> str:
+    """Indented JSON with each array of plain numbers put back on one line."""
+    return _NUMBER_ARRAY.sub(lambda m: re.sub(r"\s+", "", m.group(0)), text)
 
 
 def git_commit(root: Path) -> str | None:
@@ -66,9 +85,13 @@ def git_commit(root: Path) -> str | None:
 
 
 def load_run(path: Path) -> RunRecord:
-    """Read a run JSON (a clear error when the file is not one this version can read)."""
+    """Read a run JSON, plain or ``.json.gz`` (a clear error when the file is not one this
+    version can read)."""
     try:
-        return RunRecord.model_validate_json(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+        if path.suffix == ".gz":
+            raw = gzip.decompress(raw)
+        return RunRecord.model_validate_json(raw)
     except ValidationError as exc:
         first = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:3]
@@ -100,18 +123,29 @@ HEADER = (
 )
 
 
+def _lag(runs: list[LevelData]) -> str:
+    """The level's harness timing error (largest loop-lag p99 of its runs), '!' above the
+    bound."""
+    stats = [r.harness for r in runs if r.harness is not None]
+    if not stats:
+        return "-"
+    worst = max(stats, key=lambda h: h.error_bound_s)
+    return f"{worst.error_bound_s * 1000:.2f}" + ("!" if worst.over_bound else "")
+
+
 def render_table(measurement: str, data: Measurement, baseline: Baseline | None) -> str:
     """The concurrency table in the seeds' format, one row per level.
 
     Each figure is the median over the level's runs of the run's value, which is what the
-    gate judges (:mod:`perfgate.figures`); Tokens and Wall are summed over the runs. With
-    a baseline: its value and Δ% per figure.
+    gate judges (:mod:`perfgate.figures`); Tokens and Wall are summed over the runs. Lag
+    is the harness's timing error bound (``!``: above 2 ms). With a baseline: its value
+    and Δ% per figure.
     """
     expected = baseline.metrics if baseline else {}
     levels = data.by_concurrency()
     spec = any(ACCEPT.run_values(runs) for runs in levels.values())
     shown = [*MAIN, *([ACCEPT] if spec else [])]
-    header = HEADER + f" | {'Runs':>4}"
+    header = HEADER + f" | {'Runs':>4} | {'Lag(ms)':>7}"
     if baseline:
         header += "".join(f" | {'Base ' + f.title:>15} | {'Δ%':>6}" for f in MAIN)
     if spec:
@@ -129,7 +163,7 @@ def render_table(measurement: str, data: Measurement, baseline: Baseline | None)
             f" | {sum(r.metrics.output_tokens for r in runs):>8} | "
             f"{sum(r.metrics.wall_s for r in runs):>8.2f} | "
             f"{sum(r.metrics.ok for r in runs):>4} | {sum(r.metrics.fail for r in runs):>4} | "
-            f"{len(runs):>4}"
+            f"{len(runs):>4} | {_lag(runs):>7}"
         )
         if baseline:
             for f in MAIN:

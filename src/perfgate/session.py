@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import shutil
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from perfgate.baseline import (
     save_baseline,
 )
 from perfgate.client import RequestRecord
+from perfgate.client.monitor import LAG_BOUND_S
 from perfgate.diagnose import Diagnosis, diagnose
 from perfgate.engines import Engine, Facts, get_engine
 from perfgate.errors import BackendError, BaselineError, WorkloadError
@@ -57,7 +57,14 @@ from perfgate.observe import SpecWindow, read_facts, rejected_extras, short_outp
 from perfgate.profile import Profile
 from perfgate.report import RunRecord, git_commit, render_table
 from perfgate.twin import twin_greedy
-from perfgate.workload import Prompt, Tokenizer, approximate_prompts, build_prompts
+from perfgate.workload import (
+    Prompt,
+    Tokenizer,
+    WordCosts,
+    approximate_prompts,
+    build_prompts,
+    word_costs,
+)
 
 Progress = Callable[[str], None]
 
@@ -116,6 +123,7 @@ class PerfgateSession:
         # the twin's greedy outputs of (prompts, max_tokens), when a twin check is selected
         self.twin_request: tuple[list[str], int] | None = None
         self._chat_countable: bool | None = None  # whether chat prompts can be counted
+        self._word_costs: WordCosts | None = None  # prompt words' token costs, counted once
         self._twin_result: Greedy | str | None = None  # the twin's outputs, or why none
         self.backend_error: BackendError | None = None
         self.warnings: list[str] = []  # what perfgate could not do as usual
@@ -399,7 +407,9 @@ class PerfgateSession:
                     self.degraded(note)  # once: later levels' estimates differ slightly
                 return prompts
             tokenizer = Tokenizer(client, self.engine, self.profile.model.name, w.api)
-            return build_prompts(tokenizer, count, w.input_len, seed)
+            if self._word_costs is None:  # counted once a session
+                self._word_costs = word_costs(tokenizer)
+            return build_prompts(tokenizer, count, w.input_len, seed, self._word_costs)
 
     def _inexact_prompts_reason(self, client: httpx.Client) -> str:
         """Why prompts of exactly input_len tokens cannot be built here ('' when they can)."""
@@ -453,7 +463,15 @@ class PerfgateSession:
                     if m.tokens_per_chunk is not None and m.tokens_per_chunk > 1.005
                     else ""
                 )
+                + (f"; {level.harness.describe()}" if level.harness else "")
             )
+            if level.harness is not None and level.harness.over_bound:
+                self.degraded(
+                    f"{name} C={m.concurrency}: the harness's timing error ("
+                    f"{level.harness.describe()}) is above {LAG_BOUND_S * 1000:.0f} ms: "
+                    "per-token timings of this level (TTFT, TPOT, ITL) carry it; a timing "
+                    "verdict it could flip is UNTRUSTED"
+                )
             self.save_run()
 
         def after_level(c: int, runs: list[LevelRun]) -> Decision:
@@ -605,7 +623,7 @@ class PerfgateSession:
         if problems:
             return [refuse + problems[0], *(f"  also: {p}" for p in problems[1:])]
         previous = self.known_baselines.get(self.hardware_key)
-        kept_run = self.baseline_path.with_suffix(".run.json")
+        kept_run = self.baseline_path.with_suffix(".run.json.gz")
         try:
             recorded = build_baseline(
                 self.profile.name,
@@ -631,7 +649,7 @@ class PerfgateSession:
         except BaselineError as exc:
             return [refuse + str(exc)]
         save_baseline(self.baseline_path, recorded.baseline)
-        shutil.copyfile(self.run_path, kept_run)
+        self.run.write_compressed(kept_run)  # the raw records, compact, beside the figures
         lines = [
             f"perfgate: baseline written to {self._relative(self.baseline_path)} "
             f"({len(recorded.baseline.metrics)} figures; tolerances from "

@@ -3,14 +3,23 @@
 Prompts are random words drawn from a seeded generator, so no two requests of a run
 share a prefix (a prefix cache does not flatter the numbers) and every run with the
 same seed sends the same prompts. Their length is counted by the server's own
-tokenize endpoint, special tokens included, so it matches ``usage.prompt_tokens``
-for the completions API. Output length is forced with ``ignore_eos``.
+tokenize endpoint, special tokens (and the chat template) included, so it matches
+``usage.prompt_tokens``. Output length is forced with ``ignore_eos``.
+
+Building is cheap: the tokens each word costs are counted once (:func:`word_costs`),
+each prompt is planned from those costs, and every plan is checked with one count,
+several at a time. Only a plan the server counts differently falls back to a search
+by counting (:func:`exact_prompt`).
 """
 
 from __future__ import annotations
 
 import random
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Protocol
 
 import httpx
 
@@ -39,6 +48,8 @@ WORDS = (
 ).split()
 PAD_WORDS = (" the", " a", " and", " of", " to", " in")
 MAX_ADJUST_STEPS = 64
+PLAN_WORDS = WORDS[:96]  # the words plans are made of (their costs are counted once)
+COUNT_WORKERS = 8  # tokenize requests in flight while building
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +77,7 @@ class Tokenizer:
         self.model = model
         self.api = api
         self.calls = 0
+        self._lock = threading.Lock()
 
     def counts_chat(self) -> bool:
         """Whether this engine can count a chat prompt after its template."""
@@ -76,8 +88,9 @@ class Tokenizer:
 
     def count(self, text: str) -> int:
         """Tokens of ``text`` sent as a prompt of the measured API, as the server counts
-        them (special tokens and chat template included)."""
-        self.calls += 1
+        them (special tokens and chat template included). Thread-safe."""
+        with self._lock:
+            self.calls += 1
         path = self.engine.tokenize_path
         assert path is not None
         try:
@@ -101,8 +114,9 @@ def _random_words(rng: random.Random, count: int) -> list[str]:
     return [rng.choice(WORDS) for _ in range(count)]
 
 
-def exact_prompt(tokenizer: Tokenizer, rng: random.Random, input_len: int) -> Prompt:
-    """A random prompt of exactly ``input_len`` tokens."""
+def exact_prompt(tokenizer: Counter, rng: random.Random, input_len: int) -> Prompt:
+    """A random prompt of exactly ``input_len`` tokens, searched for by counting (several
+    sequential counts: the fallback for a plan that missed)."""
     words = _random_words(rng, max(8, input_len * 2))
     full = tokenizer.count(" ".join(words))
     # Tokens grow monotonically with words: estimate, then walk to the largest fit.
@@ -138,10 +152,80 @@ def exact_prompt(tokenizer: Tokenizer, rng: random.Random, input_len: int) -> Pr
     return Prompt(text=text, tokens=count)
 
 
-def build_prompts(tokenizer: Tokenizer, count: int, input_len: int, seed: int) -> list[Prompt]:
-    """``count`` distinct seeded prompts of exactly ``input_len`` tokens."""
+class Counter(Protocol):
+    """Anything that counts a prompt's tokens as the measured API does."""
+
+    def count(self, text: str) -> int: ...
+
+
+@dataclass(frozen=True)
+class WordCosts:
+    """Tokens each plan word costs: ``first``, as a whole prompt by itself (specials and
+    template included); ``more``, appended after another word."""
+
+    first: dict[str, int]
+    more: dict[str, int]
+
+
+def _parallel(count: Callable[[str], int], texts: Sequence[str], workers: int) -> list[int]:
+    if workers <= 1 or len(texts) <= 1:
+        return [count(t) for t in texts]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(count, texts))
+
+
+def word_costs(tokenizer: Counter, workers: int = COUNT_WORKERS) -> WordCosts:
+    """Count each plan word's cost once: ``2 * len(PLAN_WORDS) + 1`` counts, in parallel."""
+    texts = ["the", *PLAN_WORDS, *(f"the {w}" for w in PLAN_WORDS)]
+    counts = _parallel(tokenizer.count, texts, workers)
+    base, n = counts[0], len(PLAN_WORDS)
+    first = dict(zip(PLAN_WORDS, counts[1 : n + 1], strict=True))
+    more = {w: c - base for w, c in zip(PLAN_WORDS, counts[n + 1 :], strict=True)}
+    return WordCosts(first, more)
+
+
+def planned_prompt(costs: WordCosts, rng: random.Random, input_len: int) -> str | None:
+    """Random plan words whose costs add up to exactly ``input_len`` (None: impossible
+    with these words)."""
+    starts = [w for w in PLAN_WORDS if costs.first[w] <= input_len]
+    singles = [w for w in PLAN_WORDS if costs.more[w] == 1]
+    usable = [w for w in PLAN_WORDS if costs.more[w] >= 1]
+    if not starts or not singles:
+        return None
+    words = [rng.choice(starts)]
+    total = costs.first[words[0]]
+    while total < input_len:
+        word = rng.choice(usable)
+        if total + costs.more[word] > input_len:
+            word = rng.choice(singles)
+        words.append(word)
+        total += costs.more[word]
+    return " ".join(words)
+
+
+def build_prompts(
+    tokenizer: Counter,
+    count: int,
+    input_len: int,
+    seed: int,
+    costs: WordCosts | None = None,
+    workers: int = COUNT_WORKERS,
+) -> list[Prompt]:
+    """``count`` distinct seeded prompts of exactly ``input_len`` tokens: planned from
+    ``costs`` (counted here when not given), each checked with one count (``workers``
+    at a time); a plan the server counts differently is searched for by counting."""
+    costs = costs or word_costs(tokenizer, workers)
     rng = random.Random(seed)
-    return [exact_prompt(tokenizer, rng, input_len) for _ in range(count)]
+    plans = [planned_prompt(costs, rng, input_len) for _ in range(count)]
+    checked = _parallel(tokenizer.count, [p for p in plans if p is not None], workers)
+    counted = iter(checked)
+    prompts = []
+    for i, plan in enumerate(plans):
+        if plan is not None and next(counted) == input_len:
+            prompts.append(Prompt(text=plan, tokens=input_len))
+        else:
+            prompts.append(exact_prompt(tokenizer, random.Random(f"{seed}:{i}"), input_len))
+    return prompts
 
 
 CALIBRATION_WORDS = 256

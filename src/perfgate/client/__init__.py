@@ -2,7 +2,14 @@
 
 from perfgate.client.simple import SimpleClient
 from perfgate.client.sse import SSEDecoder
-from perfgate.client.stream import API_PATHS, Api, RequestRecord, request_body, stream_request
+from perfgate.client.stream import (
+    API_PATHS,
+    Api,
+    RequestRecord,
+    encode_body,
+    request_body,
+    stream_request,
+)
 
 __all__ = [
     "API_PATHS",
@@ -10,6 +17,7 @@ __all__ = [
     "RequestRecord",
     "SSEDecoder",
     "SimpleClient",
+    "encode_body",
     "request_body",
     "stream_request",
 ]

@@ -3,6 +3,17 @@
 Timestamps come from an injectable clock (``time.perf_counter`` by default) taken
 when bytes arrive, before parsing. A chunk is *token-bearing* when it carries
 content or reasoning text; role-only, empty and usage-only chunks are not.
+
+TTFT and latency count from ``sent``, when the request's last byte was written to
+its connection (stamped by the connection itself, :mod:`perfgate.client.transport`):
+connection setup and the harness's own delay before that are not the server's. That
+delay is kept as ``client_delay``.
+
+After ``[DONE]`` the rest of the body (the chunked encoding's last chunk) is read, so
+that the connection goes back to the pool instead of being dropped. A kept connection
+that the server closed meanwhile (llama.cpp's server closes some after a stream ends,
+and the request goes out before its FIN arrives) fails before any response byte; such
+a request is sent again at once on a new connection, and ``reconnects`` counts it.
 """
 
 from __future__ import annotations
@@ -10,13 +21,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
 
 from perfgate.client.sse import SSEDecoder
+from perfgate.client.transport import sent_at
 
 Api = Literal["completions", "chat"]
 API_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -28,8 +40,9 @@ class RequestRecord:
     """Raw facts of one request; every metric is derived from these."""
 
     index: int
-    start: float
+    start: float  # when the harness began this request
     end: float = 0.0
+    sent: float | None = None  # when its body was written out (None: not known)
     token_times: list[float] = field(default_factory=list)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -39,6 +52,7 @@ class RequestRecord:
     error: str | None = None
     status: int | None = None
     server_timings: dict[str, Any] | None = None
+    reconnects: int = 0  # kept connections found closed by the server, retried at once
 
     @property
     def ok(self) -> bool:
@@ -46,14 +60,25 @@ class RequestRecord:
         return self.error is None
 
     @property
+    def origin(self) -> float:
+        """When the request left: ``sent`` where known, else ``start``."""
+        return self.start if self.sent is None else self.sent
+
+    @property
     def ttft(self) -> float | None:
         """Seconds from sending to the first token-bearing chunk."""
-        return self.token_times[0] - self.start if self.token_times else None
+        return self.token_times[0] - self.origin if self.token_times else None
 
     @property
     def latency(self) -> float:
         """Seconds from sending to the end of the stream."""
-        return self.end - self.start
+        return self.end - self.origin
+
+    @property
+    def client_delay(self) -> float | None:
+        """Seconds the harness took from starting the request to sending its last byte
+        (connection setup included): not the server's time."""
+        return None if self.sent is None else self.sent - self.start
 
     @property
     def output_tokens(self) -> int:
@@ -143,9 +168,18 @@ class _Parser:
             self.record.error = "stream ended without a finish_reason"
 
 
+JSON_HEADERS = {"content-type": "application/json"}
+DRAIN_S = 1.0  # how long to wait for the body's end after [DONE] before dropping it
+
+
+def encode_body(body: dict[str, Any]) -> bytes:
+    """A request body as the bytes sent (encode before the clock starts)."""
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 async def stream_request(
     client: httpx.AsyncClient,
-    body: dict[str, Any],
+    body: dict[str, Any] | bytes,
     *,
     index: int = 0,
     api: Api = "completions",
@@ -153,28 +187,26 @@ async def stream_request(
     reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning"),
     clock: Callable[[], float] = time.perf_counter,
 ) -> RequestRecord:
-    """Send one streaming request and record it. Failures become ``record.error``."""
+    """Send one streaming request and record it. Failures become ``record.error``.
+    ``body``: a dict, or its bytes already encoded (:func:`encode_body`)."""
+    content = body if isinstance(body, bytes) else encode_body(body)
     record = RequestRecord(index=index, start=clock())
     parser = _Parser(record, api, reasoning_fields)
     decoder = SSEDecoder()
+    end: float | None = None
     try:
         async with asyncio.timeout(timeout_s):
-            async with client.stream("POST", API_PATHS[api], json=body) as response:
-                record.status = response.status_code
-                if response.status_code >= 400:
-                    raw = await response.aread()
-                    text = raw[:ERROR_BODY_LIMIT].decode(errors="replace")
-                    record.error = f"HTTP {response.status_code}: {text}"
-                else:
-                    async for raw in response.aiter_raw():
-                        now = clock()
-                        for data in decoder.feed(raw):
-                            parser.event(data, now)
-                        if parser.done:
-                            break
-                    if not parser.done:
-                        for data in decoder.finish():
-                            parser.event(data, clock())
+            for attempt in (1, 2):
+                try:
+                    async with client.stream(
+                        "POST", API_PATHS[api], content=content, headers=JSON_HEADERS
+                    ) as response:
+                        end = await _read(response, record, parser, decoder, clock)
+                    break
+                except httpx.RemoteProtocolError:
+                    if attempt == 2 or record.status is not None:
+                        raise
+                    record.reconnects += 1  # a kept connection the server had closed
     except TimeoutError:
         record.error = (
             f"request deadline of {timeout_s:.1f}s exceeded after "
@@ -184,6 +216,45 @@ async def stream_request(
         record.error = f"{type(exc).__name__}: {exc or 'connection lost'}"
     except Exception as exc:
         record.error = f"unexpected {type(exc).__name__}: {exc}"
-    record.end = clock()
+    record.end = clock() if end is None else end
     parser.close()
     return record
+
+
+async def _read(
+    response: httpx.Response,
+    record: RequestRecord,
+    parser: _Parser,
+    decoder: SSEDecoder,
+    clock: Callable[[], float],
+) -> float | None:
+    """Read one response into the record; the time of ``[DONE]``, if it came."""
+    record.sent = sent_at(response)
+    record.status = response.status_code
+    if response.status_code >= 400:
+        raw = await response.aread()
+        text = raw[:ERROR_BODY_LIMIT].decode(errors="replace")
+        record.error = f"HTTP {response.status_code}: {text}"
+        return None
+    chunks = response.aiter_raw()
+    async for raw in chunks:
+        now = clock()
+        for data in decoder.feed(raw):
+            parser.event(data, now)
+        if parser.done:
+            await _drain(chunks)
+            return now
+    for data in decoder.finish():
+        parser.event(data, clock())
+    return None
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read what follows ``[DONE]`` (normally just the body's end) so the connection is
+    reused; a server that keeps the body open past ``DRAIN_S`` loses the connection."""
+    try:
+        async with asyncio.timeout(DRAIN_S):
+            async for _ in chunks:
+                pass
+    except (TimeoutError, httpx.HTTPError):
+        pass

@@ -1,0 +1,111 @@
+"""The harness watches itself: how late its event loop runs, and how much CPU it uses.
+
+A chunk that arrives while the loop is busy is timestamped when the loop gets round to
+it. Every ``tick_s`` the monitor yields to the loop once and times how long the loop
+takes to come back: everything ready runs first, as it would before a freshly arrived
+chunk. That **loop lag** is the delay a timestamp may carry; its 99th percentile is the
+level's **timing error bound**. (Timer lateness would not do: epoll rounds timeouts up
+to whole milliseconds.) The client's CPU share says why: near one core, one event loop
+cannot keep up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+
+from pydantic import BaseModel, Field
+
+TICK_S = 0.005
+LAG_BOUND_S = 0.002  # above this, a level's per-token timings are marked approximate
+
+
+class HarnessStats(BaseModel):
+    """The harness's own load and timing error during one level run."""
+
+    loop_lag_p50_s: float = Field(description="Median time for the event loop to come back.")
+    loop_lag_p99_s: float = Field(
+        description="99th percentile of that time: the bound on how late a chunk's "
+        "timestamp may be (the level's timing error bound)."
+    )
+    loop_lag_max_s: float = Field(description="Largest loop lag seen.")
+    ticks: int = Field(description="Timer samples taken.")
+    cpu_s: float = Field(description="CPU seconds the client process used.")
+    wall_s: float = Field(description="Seconds watched.")
+
+    @property
+    def cpu_share(self) -> float:
+        """CPU seconds per wall second (1.0: one core busy)."""
+        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def error_bound_s(self) -> float:
+        """How late a timestamp of this level may be."""
+        return self.loop_lag_p99_s
+
+    @property
+    def over_bound(self) -> bool:
+        """Whether the timing error exceeds :data:`LAG_BOUND_S`."""
+        return self.error_bound_s > LAG_BOUND_S
+
+    def describe(self) -> str:
+        """One line: timing error and CPU."""
+        return (
+            f"harness lag p99 {self.loop_lag_p99_s * 1000:.2f} ms, "
+            f"client CPU {self.cpu_share:.0%} of a core"
+        )
+
+
+class LoopMonitor:
+    """Samples the running loop's lag every ``tick_s`` while in use::
+
+    async with LoopMonitor() as monitor:
+        ...  # the level
+    stats = monitor.stats()
+    """
+
+    def __init__(
+        self,
+        tick_s: float = TICK_S,
+        clock: Callable[[], float] = time.perf_counter,
+        cpu_clock: Callable[[], float] = time.process_time,
+    ) -> None:
+        self.tick_s = tick_s
+        self.clock = clock
+        self.cpu_clock = cpu_clock
+        self.lags: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+        self._start = self._cpu_start = self._end = self._cpu_end = 0.0
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick_s)
+            yielded = self.clock()
+            await asyncio.sleep(0)  # back of the ready queue, behind any arrived chunks
+            self.lags.append(self.clock() - yielded)
+
+    async def __aenter__(self) -> LoopMonitor:
+        self._start, self._cpu_start = self.clock(), self.cpu_clock()
+        self._task = asyncio.create_task(self._tick())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._end, self._cpu_end = self.clock(), self.cpu_clock()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def stats(self) -> HarnessStats:
+        """What was seen between entering and leaving."""
+        lags = sorted(self.lags) or [0.0]
+        return HarnessStats(
+            loop_lag_p50_s=lags[len(lags) // 2],
+            loop_lag_p99_s=lags[min(len(lags) - 1, int(0.99 * len(lags)))],
+            loop_lag_max_s=lags[-1],
+            ticks=len(self.lags),
+            cpu_s=self._cpu_end - self._cpu_start,
+            wall_s=self._end - self._start,
+        )
