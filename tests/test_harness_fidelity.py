@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+import pytest
+
 from perfgate.client.transport import pooled_client
-from perfgate.load import RequestPlan, WorkerClients, run_level
+from perfgate.load import HttpxWorkers, RequestPlan, WireWorkers, run_level
 from perfgate.sim import SimConfig, SimProcess
 from perfgate.workload import Prompt
 
@@ -21,7 +23,14 @@ CONCURRENCY = 64
 TTFT_S = 0.02
 
 
-def test_a_burst_of_64_requests_on_warm_connections_stamps_send_and_ttft_causally():
+WORKERS = {
+    "wire": WireWorkers,  # the measurement's client
+    "httpx": lambda url: HttpxWorkers(lambda: pooled_client(url, 1, 30)),
+}
+
+
+@pytest.mark.parametrize("client", WORKERS)
+def test_a_burst_of_64_requests_on_warm_connections_stamps_send_and_ttft_causally(client):
     """All 64 requests of a level start together (the case where httpx's trace events
     stamped a request as sent after the server had read it, and 121 of 320 TTFTs came
     out shorter than the server's own 20 ms)."""
@@ -30,9 +39,9 @@ def test_a_burst_of_64_requests_on_warm_connections_stamps_send_and_ttft_causall
     prompts = [Prompt(f"prompt {i} " + "word " * 50, None) for i in range(CONCURRENCY * 3)]
 
     async def level(base_url: str):
-        async with WorkerClients(lambda: pooled_client(base_url, 1, 30)) as clients:
+        async with WORKERS[client](base_url) as workers:
             return await run_level(
-                clients, plan, prompts, concurrency=CONCURRENCY, warmup=0, level_timeout_s=60
+                workers, plan, prompts, concurrency=CONCURRENCY, warmup=0, level_timeout_s=60
             )
 
     with SimProcess(config) as sim:

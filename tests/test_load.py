@@ -5,7 +5,8 @@ import asyncio
 import httpx
 import pytest
 
-from perfgate.load import RequestPlan, WorkerClients, run_level, run_sweep
+from perfgate.load import HttpxWorkers, RequestPlan, run_level, run_sweep
+from perfgate.sim import SimConfig, SimProcess
 from perfgate.workload import Prompt
 from tests.scripted import completion_chunk, sse, usage_chunk
 
@@ -53,7 +54,7 @@ async def test_level_holds_concurrency_and_excludes_warmup(concurrency):
     t = tracker()
     async with client(t) as c:
         level = await run_level(
-            WorkerClients(lambda: c),
+            HttpxWorkers(lambda: c),
             PLAN,
             prompts(2 + 3 * concurrency),
             concurrency=concurrency,
@@ -76,7 +77,7 @@ async def test_level_deadline_marks_unstarted_requests_as_not_run():
     t = tracker()
     async with client(t, delay=0.3) as c:
         level = await run_level(
-            WorkerClients(lambda: c),
+            HttpxWorkers(lambda: c),
             PLAN,
             prompts(10),
             concurrency=1,
@@ -90,51 +91,48 @@ async def test_level_deadline_marks_unstarted_requests_as_not_run():
     assert sum(r.ok for r in level.records) <= 2
 
 
-def test_sweep_runs_levels_in_order_and_can_stop_early(monkeypatch):
-    t = tracker()
-    seen_levels = []
-
-    def fake_pool(base_url, max_connections, timeout_s):
-        seen_levels.append(("pool", max_connections))
-        return client(t)
-
-    monkeypatch.setattr("perfgate.load.pooled_client", fake_pool)
-    sweep = asyncio.run(
-        run_sweep(
-            "http://t",
-            PLAN,
-            [1, 2, 4, 8],
-            lambda c, repeat: prompts(c),
-            warmup=0,
-            level_timeout_s=30,
-            after_level=lambda c, runs: "next" if c < 2 else "stop",
+def test_sweep_runs_levels_in_order_and_can_stop_early():
+    """On the simulator (a real local server): levels in order, each worker on its own
+    connection, kept across levels."""
+    with SimProcess(SimConfig(ttft_s=0.001, itl_s=0.001)) as sim:
+        sweep = asyncio.run(
+            run_sweep(
+                sim.base_url,
+                PLAN,
+                [1, 2, 4, 8],
+                lambda c, repeat: prompts(3 * c),
+                warmup=0,
+                level_timeout_s=30,
+                after_level=lambda c, runs: "next" if c < 2 else "stop",
+            )
         )
-    )
+        truth = sim.records()
     assert [lv.concurrency for lv in sweep.levels] == [1, 2]
     assert sweep.not_run == [4, 8]
-    # one client (one connection) per worker, made as levels need them, kept across levels
-    assert seen_levels == [("pool", 1), ("pool", 1)]
+    assert all(r.ok for lv in sweep.levels for r in lv.records)
+    assert len(truth) == 3 + 6
+    # worker 0 kept its connection from C=1 to C=2; worker 1 opened one: 2 in all
+    assert len({t.connection for t in truth}) == 2
 
 
-def test_sweep_repeats_a_level_when_asked(monkeypatch):
-    t = tracker()
-    monkeypatch.setattr("perfgate.load.pooled_client", lambda *a: client(t))
+def test_sweep_repeats_a_level_when_asked():
     asked = []
 
     def after(c, runs):
         asked.append((c, len(runs)))
         return "repeat" if len(runs) < 3 else "next"
 
-    sweep = asyncio.run(
-        run_sweep(
-            "http://t",
-            PLAN,
-            [1, 2],
-            lambda c, r: prompts(c),
-            warmup=0,
-            level_timeout_s=30,
-            after_level=after,
+    with SimProcess(SimConfig(ttft_s=0.001, itl_s=0.001)) as sim:
+        sweep = asyncio.run(
+            run_sweep(
+                sim.base_url,
+                PLAN,
+                [1, 2],
+                lambda c, r: prompts(c),
+                warmup=0,
+                level_timeout_s=30,
+                after_level=after,
+            )
         )
-    )
     assert [lv.concurrency for lv in sweep.levels] == [1, 1, 1, 2, 2, 2]
     assert asked == [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3)]

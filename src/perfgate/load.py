@@ -4,27 +4,30 @@ A level is closed-loop: C workers each send their next request as soon as the
 previous one ends, until N measured requests are done. Warmup requests run first
 and are not measured.
 
-Each worker has a connection of its own (:class:`WorkerClients`), kept across the
-levels of a sweep. One shared httpx pool would not do: it hands one idle connection to
-several new requests at once and makes the others wait, so 64 requests launched
-together had 14 in flight at the server. Before the clock starts, every body is encoded
-and each worker's connection is open, so that neither lands in a request's TTFT. A
-:class:`LoopMonitor` watches the harness's own lag and CPU during the measured requests.
+Each worker has a connection of its own (:class:`WireWorkers`: the lean client of
+:mod:`perfgate.client.wire`), kept across the levels of a sweep. One shared httpx pool
+would not do: it hands one idle connection to several new requests at once and makes
+the others wait, so 64 requests launched together had 14 in flight at the server.
+Before the clock starts, every body is encoded and each worker's connection is open, so
+that neither lands in a request's TTFT. A :class:`LoopMonitor` watches the harness's
+own lag and CPU during the measured requests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import httpx
 
 from perfgate.client import Api, RequestRecord, encode_body, request_body, stream_request
 from perfgate.client.monitor import HarnessStats, LoopMonitor
-from perfgate.client.transport import pooled_client
+from perfgate.client.stream import send_streamed
+from perfgate.client.wire import Endpoint, WireConnection
 from perfgate.workload import Prompt
 
 OnRecord = Callable[[int, RequestRecord], None]
@@ -42,7 +45,6 @@ class RequestPlan:
     request_timeout_s: float
     extras: dict[str, Any] = field(default_factory=dict)
     reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning")
-    connect_path: str = "/v1/models"  # a cheap GET that opens a pooled connection
 
     def body(self, prompt: str) -> bytes:
         """The encoded body of one request."""
@@ -109,46 +111,79 @@ def plain_rounds(one_round: Callable[[], None], rounds: int) -> None:
         one_round()
 
 
-class SequentialClient:
-    """Blocking requests one after another on one pooled connection (the single-request
-    measurement, where each request is a pytest-benchmark round). Close it when done."""
+class Workers(Protocol):
+    """Where a level's workers send their requests: worker ``k`` always on its own
+    connection."""
 
-    def __init__(self, base_url: str, plan: RequestPlan) -> None:
-        self.plan = plan
-        self._loop = asyncio.new_event_loop()
-        self._client = pooled_client(base_url, 1, plan.request_timeout_s)
-        self.sent = 0
+    async def open(self, count: int) -> None:
+        """Have the first ``count`` workers' connections open (before the clock)."""
 
-    def send(self, prompt: str) -> RequestRecord:
-        """One streamed request, its output checked (:meth:`RequestPlan.checked`)."""
-        plan = self.plan
-        record = self._loop.run_until_complete(
-            stream_request(
-                self._client,
-                plan.body(prompt),
-                index=self.sent,
-                api=plan.api,
-                timeout_s=plan.request_timeout_s,
-                reasoning_fields=plan.reasoning_fields,
-            )
+    async def send(
+        self, worker: int, body: bytes, *, index: int, plan: RequestPlan, timeout_s: float
+    ) -> RequestRecord:
+        """One streamed request on worker ``worker``'s connection."""
+
+    async def aclose(self) -> None:
+        """Close every connection."""
+
+
+class WireWorkers:
+    """The measurement's workers: a lean keep-alive connection each
+    (:mod:`perfgate.client.wire`), opened on demand and kept across the levels."""
+
+    def __init__(self, base_url: str, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.endpoint = Endpoint(base_url)
+        self.clock = clock
+        self._connections: dict[int, WireConnection] = {}
+
+    async def open(self, count: int) -> None:
+        async def one(worker: int) -> None:
+            conn = self._connections.get(worker)
+            if conn is None or conn.closed:
+                with contextlib.suppress(OSError, TimeoutError):  # shows in the request
+                    self._connections[worker] = await self.endpoint.connect(self.clock)
+
+        await asyncio.gather(*(one(k) for k in range(count)))
+
+    async def send(
+        self, worker: int, body: bytes, *, index: int, plan: RequestPlan, timeout_s: float
+    ) -> RequestRecord:
+        record, kept = await send_streamed(
+            self.endpoint,
+            self._connections.pop(worker, None),
+            body,
+            index=index,
+            api=plan.api,
+            timeout_s=timeout_s,
+            reasoning_fields=plan.reasoning_fields,
+            clock=self.clock,
         )
-        self.sent += 1
-        return plan.checked(record)
+        if kept is not None:
+            self._connections[worker] = kept
+        return record
 
-    def close(self) -> None:
-        """Close the connection, the streams' generators and the event loop."""
-        self._loop.run_until_complete(self._client.aclose())
-        self._loop.run_until_complete(self._loop.shutdown_asyncgens())
-        self._loop.close()
+    async def aclose(self) -> None:
+        for conn in self._connections.values():
+            conn.abort()
+        self._connections.clear()
+
+    async def __aenter__(self) -> WireWorkers:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
-class WorkerClients:
-    """One client, with one connection, per worker, made on first use and kept until
-    closed. ``make`` builds a client (tests pass one shared mock client)."""
+class HttpxWorkers:
+    """Workers on httpx clients, one client per worker from ``make`` (tests pass one
+    shared client on a mock transport). ``open`` sends a cheap GET per worker."""
 
-    def __init__(self, make: Callable[[], httpx.AsyncClient]) -> None:
+    def __init__(
+        self, make: Callable[[], httpx.AsyncClient], connect_path: str = "/v1/models"
+    ) -> None:
         self._make = make
         self._clients: list[httpx.AsyncClient] = []
+        self.connect_path = connect_path
 
     def client(self, worker: int) -> httpx.AsyncClient:
         """Worker ``worker``'s client."""
@@ -156,35 +191,69 @@ class WorkerClients:
             self._clients.append(self._make())
         return self._clients[worker]
 
-    async def open(self, count: int, path: str) -> None:
-        """Have the first ``count`` workers' connections open: one cheap GET each, all at
-        once (the answer does not matter; a refused connection shows in the requests that
-        follow)."""
-
+    async def open(self, count: int) -> None:
         async def one(worker: int) -> None:
             try:
-                response = await self.client(worker).get(path)
+                response = await self.client(worker).get(self.connect_path)
                 await response.aclose()
             except httpx.HTTPError:
                 pass
 
         await asyncio.gather(*(one(k) for k in range(count)))
 
+    async def send(
+        self, worker: int, body: bytes, *, index: int, plan: RequestPlan, timeout_s: float
+    ) -> RequestRecord:
+        return await stream_request(
+            self.client(worker),
+            body,
+            index=index,
+            api=plan.api,
+            timeout_s=timeout_s,
+            reasoning_fields=plan.reasoning_fields,
+        )
+
     async def aclose(self) -> None:
-        """Close every client (each once)."""
         for client in {id(c): c for c in self._clients}.values():
             await client.aclose()
         self._clients.clear()
 
-    async def __aenter__(self) -> WorkerClients:
+    async def __aenter__(self) -> HttpxWorkers:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
 
+class SequentialClient:
+    """Blocking requests one after another on one kept connection (the single-request
+    measurement, where each request is a pytest-benchmark round). Close it when done."""
+
+    def __init__(self, base_url: str, plan: RequestPlan) -> None:
+        self.plan = plan
+        self._loop = asyncio.new_event_loop()
+        self._workers = WireWorkers(base_url)
+        self.sent = 0
+
+    def send(self, prompt: str) -> RequestRecord:
+        """One streamed request, its output checked (:meth:`RequestPlan.checked`)."""
+        plan = self.plan
+        record = self._loop.run_until_complete(
+            self._workers.send(
+                0, plan.body(prompt), index=self.sent, plan=plan, timeout_s=plan.request_timeout_s
+            )
+        )
+        self.sent += 1
+        return plan.checked(record)
+
+    def close(self) -> None:
+        """Close the connection and the event loop."""
+        self._loop.run_until_complete(self._workers.aclose())
+        self._loop.close()
+
+
 async def _run_requests(
-    clients: WorkerClients,
+    workers: Workers,
     plan: RequestPlan,
     bodies: Sequence[bytes],
     concurrency: int,
@@ -198,7 +267,6 @@ async def _run_requests(
 
     async def worker(k: int) -> None:
         nonlocal next_index, deadline_hit
-        client = clients.client(k)
         while next_index < len(bodies):
             i = next_index
             next_index += 1
@@ -209,16 +277,9 @@ async def _run_requests(
                     index=i, start=clock(), end=clock(), error="not run: level deadline exceeded"
                 )
                 continue
+            timeout = min(plan.request_timeout_s, remaining)
             record = plan.checked(
-                await stream_request(
-                    client,
-                    bodies[i],
-                    index=i,
-                    api=plan.api,
-                    timeout_s=min(plan.request_timeout_s, remaining),
-                    reasoning_fields=plan.reasoning_fields,
-                    clock=clock,
-                )
+                await workers.send(k, bodies[i], index=i, plan=plan, timeout_s=timeout)
             )
             records[i] = record
             if on_record is not None:
@@ -229,7 +290,7 @@ async def _run_requests(
 
 
 async def run_level(
-    clients: WorkerClients,
+    workers: Workers,
     plan: RequestPlan,
     prompts: Sequence[Prompt],
     *,
@@ -245,14 +306,14 @@ async def run_level(
     deadline = clock() + level_timeout_s
     bodies = [plan.body(p.text) for p in prompts]
     warm, measured = bodies[:warmup], bodies[warmup:]
-    warmup_records, _ = await _run_requests(clients, plan, warm, concurrency, deadline, clock, None)
+    warmup_records, _ = await _run_requests(workers, plan, warm, concurrency, deadline, clock, None)
     if on_measure_start is not None:
         on_measure_start()
-    await clients.open(min(concurrency, len(measured)), plan.connect_path)
+    await workers.open(min(concurrency, len(measured)))
     async with LoopMonitor(clock=clock) as monitor:
         start = clock()
         records, deadline_hit = await _run_requests(
-            clients, plan, measured, concurrency, deadline, clock, on_record
+            workers, plan, measured, concurrency, deadline, clock, on_record
         )
     end = max((r.end for r in records), default=start)
     return LevelRun(
@@ -286,14 +347,13 @@ async def run_sweep(
     ``prompts_for(concurrency, repeat)`` gives each run's prompts, warmup first.
     """
     done: list[LevelRun] = []
-    timeout = plan.request_timeout_s
-    async with WorkerClients(lambda: pooled_client(base_url, 1, timeout)) as clients:
+    async with WireWorkers(base_url) as workers:
         for position, concurrency in enumerate(levels):
             runs: list[LevelRun] = []
             while True:
                 prompts = prompts_for(concurrency, len(runs))
                 level = await run_level(
-                    clients,
+                    workers,
                     plan,
                     prompts,
                     concurrency=concurrency,

@@ -29,6 +29,7 @@ import httpx
 
 from perfgate.client.sse import SSEDecoder
 from perfgate.client.transport import sent_at
+from perfgate.client.wire import ConnectionClosed, Endpoint, WireConnection, exchange
 
 Api = Literal["completions", "chat"]
 API_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -247,6 +248,56 @@ async def _read(
     for data in decoder.finish():
         parser.event(data, clock())
     return None
+
+
+async def send_streamed(
+    endpoint: Endpoint,
+    connection: WireConnection | None,
+    body: bytes,
+    *,
+    index: int = 0,
+    api: Api = "completions",
+    timeout_s: float = 120.0,
+    reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning"),
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[RequestRecord, WireConnection | None]:
+    """:func:`stream_request` on the lean client (:mod:`perfgate.client.wire`), for the
+    measured requests: the same record, stamped closer to the wire at a fraction of the
+    CPU. Returns the record and the connection to keep (None: it was dropped)."""
+    record = RequestRecord(index=index, start=clock())
+    try:
+        response, connection, record.reconnects = await exchange(
+            endpoint, connection, API_PATHS[api], body, timeout_s=timeout_s, clock=clock
+        )
+    except TimeoutError:
+        record.error = f"request deadline of {timeout_s:.1f}s exceeded"
+        record.end = clock()
+        return record, None
+    except (OSError, ConnectionClosed) as exc:
+        record.error = f"{type(exc).__name__}: {exc or 'connection lost'}"
+        record.end = clock()
+        return record, None
+    record.sent, record.status = response.sent, response.status
+    record.end = response.end if response.end is not None else clock()
+    parser = _Parser(record, api, reasoning_fields)
+    if response.status is not None and response.status >= 400:
+        text = response.body[:ERROR_BODY_LIMIT].decode(errors="replace")
+        record.error = f"HTTP {response.status}: {text}"
+    else:  # what arrived, also before a failure
+        decoder = SSEDecoder()
+        for at, piece in response.pieces:
+            for data in decoder.feed(piece):
+                parser.event(data, at)
+            if parser.done:
+                record.end = at  # [DONE]: what follows is framing
+                break
+        if not parser.done and response.error is None:
+            for data in decoder.finish():
+                parser.event(data, record.end)
+    if response.error is not None and record.error is None:
+        record.error = response.error
+    parser.close()
+    return record, None if connection.closed else connection
 
 
 async def _drain(chunks: AsyncIterator[bytes]) -> None:

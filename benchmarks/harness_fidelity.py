@@ -1,0 +1,195 @@
+"""perfgate's own timing error, against the simulator's ground truth.
+
+The simulator (:mod:`perfgate.sim`, its own process) streams on an exact schedule and
+records when it read each request and wrote each chunk. perfgate measures it the way a
+perf run does (:func:`perfgate.load.run_level`: a connection per worker, opened before
+the clock, bodies encoded before, requests stamped as they leave, the loop monitor).
+Both read one CLOCK_MONOTONIC, so each chunk's **observation delay** (perfgate's stamp
+minus the server's write) is perfgate's error. Per level it reports:
+
+- streamed tok/s, and the client's CPU (share of a core, and ms per 1k tokens);
+- observation delay p50 / p99 / max;
+- TTFT error: perfgate's TTFT (first chunk minus its send stamp) minus the true one
+  (the server's first write minus that same send), p50 / p99: the first chunk's
+  observation delay, in the first wave where all requests start together too. The send
+  stamp itself is checked by causality (never after the server read the request,
+  ``tests/test_harness_fidelity.py``); "send to server read" shows the request's transit
+  plus the simulator's own queue (one thread reading C requests at once);
+- ITL p50 / p99 as perfgate read it and as the server wrote it;
+- the loop monitor's lag p99: the bound perfgate itself reports.
+
+    python benchmarks/harness_fidelity.py                     # C = 1, 16, 64, 100, 256
+    python benchmarks/harness_fidelity.py -c 64 --itl-ms 20   # one level
+    python benchmarks/harness_fidelity.py --processes 2       # load sharded over processes
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import multiprocessing
+import statistics
+from dataclasses import dataclass
+
+from perfgate.client import RequestRecord, encode_body, request_body
+from perfgate.client.monitor import HarnessStats
+from perfgate.client.transport import pooled_client
+from perfgate.load import HttpxWorkers, RequestPlan, WireWorkers, run_level
+from perfgate.sim import SimConfig, SimProcess, SimRecord
+from perfgate.workload import Prompt
+
+# (concurrency, ITL ms): 50 tok/s a stream; C=100 streams 5k tok/s, C=256 20k tok/s
+DEFAULT_LEVELS = [(1, 20.0), (16, 20.0), (64, 20.0), (100, 20.0), (256, 12.8)]
+
+
+@dataclass(frozen=True)
+class TaggedPlan(RequestPlan):
+    """Tags each request with its prompt's first word, to pair it with the server's record."""
+
+    def body(self, prompt: str) -> bytes:
+        extras = {**self.extras, "sim_tag": prompt.split(maxsplit=1)[0]}
+        return encode_body(request_body(self.api, self.model, prompt, self.output_len, **extras))
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def _shard(
+    args: tuple[str, int, int, int, int, int, str],
+) -> tuple[list[RequestRecord], HarnessStats]:
+    """One client process's share of a level (also run in the main process when N = 1)."""
+    base_url, shard, concurrency, requests, output_len, input_words, client = args
+    plan = TaggedPlan(api="completions", model="sim", output_len=output_len, request_timeout_s=120)
+    prompts = [Prompt(f"s{shard}r{i} " + "word " * input_words, None) for i in range(requests)]
+
+    async def level() -> tuple[list[RequestRecord], HarnessStats]:
+        workers = (
+            HttpxWorkers(lambda: pooled_client(base_url, 1, 120))
+            if client == "httpx"
+            else WireWorkers(base_url)
+        )
+        async with workers:
+            run = await run_level(
+                workers, plan, prompts, concurrency=concurrency, warmup=0, level_timeout_s=600
+            )
+        assert run.harness is not None
+        return run.records, run.harness
+
+    return asyncio.run(level())
+
+
+def measure(
+    concurrency: int,
+    itl_ms: float,
+    processes: int,
+    output_len: int,
+    input_words: int,
+    waves: int,
+    client: str,
+) -> str:
+    config = SimConfig(ttft_s=0.1, itl_s=itl_ms / 1000)
+    per = [concurrency // processes + (k < concurrency % processes) for k in range(processes)]
+    with SimProcess(config) as sim:
+        jobs = [
+            (sim.base_url, k, c, c * waves, output_len, input_words, client)
+            for k, c in enumerate(per)
+            if c
+        ]
+        if processes == 1:
+            results = [_shard(jobs[0])]
+        else:
+            with multiprocessing.get_context("spawn").Pool(len(jobs)) as pool:
+                results = pool.map(_shard, jobs)
+        truth = {t.tag: t for t in sim.records() if t.tag}
+    pairs = [
+        (record, truth[f"s{job[1]}r{record.index}"])
+        for job, (records, _) in zip(jobs, results, strict=True)
+        for record in records
+        if f"s{job[1]}r{record.index}" in truth
+    ]
+    unpaired = sum(len(records) for records, _ in results) - len(pairs)
+    return _row(concurrency, itl_ms, processes, pairs, [h for _, h in results], unpaired, client)
+
+
+def _row(
+    concurrency: int,
+    itl_ms: float,
+    processes: int,
+    pairs: list[tuple[RequestRecord, SimRecord]],
+    harness: list[HarnessStats],
+    failed: int,
+    client: str,
+) -> str:
+    delays: list[float] = []
+    ttft_err: list[float] = []
+    transit: list[float] = []
+    client_itl: list[float] = []
+    server_itl: list[float] = []
+    tokens = 0
+    for record, t in pairs:
+        if not record.ok or len(t.written) != len(record.token_times) or record.sent is None:
+            failed += 1
+            continue
+        tokens += record.output_tokens
+        delays += [c - w for c, w in zip(record.token_times, t.written, strict=True)]
+        ttft_err.append((record.token_times[0] - record.sent) - (t.written[0] - record.sent))
+        transit.append(t.arrival - record.sent)
+        client_itl += [b - a for a, b in itertools.pairwise(record.token_times)]
+        server_itl += [b - a for a, b in itertools.pairwise(t.written)]
+    wall = max(h.wall_s for h in harness)
+    cpu = sum(h.cpu_s for h in harness)
+    ms = 1000.0
+    return (
+        f"| {client} | {concurrency} | {processes} | {itl_ms:g} | {tokens / wall:,.0f} | "
+        f"{cpu / wall:.0%} | {cpu / tokens * 1e6:.1f} | "
+        f"{_pct(delays, 0.5) * ms:.2f} / {_pct(delays, 0.99) * ms:.2f} / {max(delays) * ms:.1f} | "
+        f"{statistics.median(ttft_err) * ms:+.2f} / {_pct(ttft_err, 0.99) * ms:+.2f} | "
+        f"{statistics.median(transit) * ms:.2f} / {_pct(transit, 0.99) * ms:.2f} | "
+        f"{_pct(client_itl, 0.5) * ms:.2f} / {_pct(client_itl, 0.99) * ms:.2f} | "
+        f"{_pct(server_itl, 0.5) * ms:.2f} / {_pct(server_itl, 0.99) * ms:.2f} | "
+        f"{max(h.loop_lag_p99_s for h in harness) * ms:.2f} | {failed} |"
+    )
+
+
+HEADER = (
+    "| client | C | processes | ITL ms | streamed tok/s | client CPU | CPU µs/token | "
+    "observation delay ms p50 / p99 / max | TTFT error ms p50 / p99 | "
+    "send to server read ms p50 / p99 | "
+    "ITL read ms p50 / p99 | ITL written ms p50 / p99 | monitor lag p99 ms | unpaired |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-c", "--concurrency", type=int, help="one level (default: the set)")
+    parser.add_argument("--itl-ms", type=float, default=20.0)
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--output-len", type=int, default=200)
+    parser.add_argument("--input-words", type=int, default=1000)
+    parser.add_argument("--waves", type=int, default=2, help="requests per worker")
+    parser.add_argument(
+        "--client", choices=["wire", "httpx"], default="wire", help="wire: what perf runs use"
+    )
+    args = parser.parse_args()
+    levels = [(args.concurrency, args.itl_ms)] if args.concurrency else DEFAULT_LEVELS
+    print(f"{args.output_len} tokens out, {args.input_words}-word prompts, TTFT 100 ms")
+    print(HEADER)
+    for concurrency, itl in levels:
+        row = measure(
+            concurrency,
+            itl,
+            args.processes,
+            args.output_len,
+            args.input_words,
+            args.waves,
+            args.client,
+        )
+        print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()
