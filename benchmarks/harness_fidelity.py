@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from perfgate.client import RequestRecord, encode_body, request_body
 from perfgate.client.monitor import HarnessStats
 from perfgate.client.transport import pooled_client
-from perfgate.load import HttpxWorkers, RequestPlan, WireWorkers, run_level
+from perfgate.load import run_level
 from perfgate.sim import SimConfig, SimProcess, SimRecord
+from perfgate.workers import HttpxWorkers, RequestPlan, WireWorkers
 from perfgate.workload import Prompt
 
 # (concurrency, ITL ms): 50 tok/s a stream; C=100 streams 5k tok/s, C=256 20k tok/s

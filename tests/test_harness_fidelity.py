@@ -15,8 +15,9 @@ import itertools
 import pytest
 
 from perfgate.client.transport import pooled_client
-from perfgate.load import HttpxWorkers, RequestPlan, WireWorkers, run_level
+from perfgate.load import run_level
 from perfgate.sim import SimConfig, SimProcess
+from perfgate.workers import HttpxWorkers, RequestPlan, WireWorkers
 from perfgate.workload import Prompt
 
 CONCURRENCY = 64

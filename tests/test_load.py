@@ -5,8 +5,9 @@ import asyncio
 import httpx
 import pytest
 
-from perfgate.load import HttpxWorkers, RequestPlan, run_level, run_sweep
+from perfgate.load import run_level, run_sweep
 from perfgate.sim import SimConfig, SimProcess
+from perfgate.workers import HttpxWorkers, RequestPlan
 from perfgate.workload import Prompt
 from tests.scripted import completion_chunk, sse, usage_chunk
 

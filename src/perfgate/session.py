@@ -43,20 +43,13 @@ from perfgate.golden import (
     save_golden,
 )
 from perfgate.launch import AttachedBackend, Backend, launch
-from perfgate.load import (
-    Decision,
-    LevelRun,
-    RequestPlan,
-    RoundRunner,
-    SequentialClient,
-    plain_rounds,
-    run_sweep,
-)
+from perfgate.load import Decision, LevelRun, RoundRunner, plain_rounds, run_sweep
 from perfgate.metrics import LevelData, Measurement
 from perfgate.observe import SpecWindow, read_facts, rejected_extras, short_outputs
 from perfgate.profile import Profile
 from perfgate.report import RunRecord, git_commit, render_table
 from perfgate.twin import twin_greedy
+from perfgate.workers import RequestPlan, SequentialClient
 from perfgate.workload import (
     Prompt,
     Tokenizer,

@@ -5,7 +5,7 @@ and even the return of httpcore's ``write``, come an event-loop turn later (anyi
 after each write, or before it in older versions), so under load they stamp late: after
 the server has already read the request. Instead, every connection here is a
 :class:`StampedStream` that takes the clock inside the asyncio transport's own
-``write``, the moment the bytes go to the socket. A response's ``network_stream``
+``write``, just before the bytes go to the socket. A response's ``network_stream``
 extension gives that time (:func:`sent_at`): on an HTTP/1.1 connection, one request at
 a time, the last write before the response is the request's last byte.
 
@@ -44,8 +44,8 @@ class StampedStream(httpcore.AsyncNetworkStream):
         clock = self._clock
 
         def stamped(data: bytes | bytearray | memoryview) -> None:
+            self.written_at = clock()  # before: the server may read it before write returns
             write(data)
-            self.written_at = clock()
 
         try:
             transport.write = stamped  # type: ignore[method-assign]

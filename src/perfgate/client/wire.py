@@ -5,7 +5,7 @@ about 55-90 µs of CPU a chunk and a task wake-up or two of delay (measured agai
 simulator, ``benchmarks/harness_fidelity.py``). Here a connection is an
 ``asyncio.Protocol``:
 
-- the request, head and body, goes out in one ``write``, stamped right after (``sent``);
+- the request, head and body, goes out in one ``write``, stamped just before (``sent``);
 - each read is stamped in ``data_received``, the moment the event loop hands it over,
   and its chunked framing undone in place; SSE and JSON are parsed after the response
   has ended, off the hot path;
@@ -103,8 +103,11 @@ class WireConnection(asyncio.Protocol):
         self._framing, self._left, self._keep_alive = "", 0, True
         self._received_any = False
         self._done = asyncio.get_running_loop().create_future()
-        self.transport.write(head + body)
+        request = head + body
+        # stamped just before the write: the bytes leave during the call, and on one
+        # machine the server may even run (and read them) before the call returns
         self._response = Response(sent=self._clock())
+        self.transport.write(request)
         return self._done
 
     def abort(self) -> None:
