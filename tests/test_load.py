@@ -1,6 +1,7 @@
 """Load generation on a mock transport: concurrency, warmup, deadlines, early stop, pooling."""
 
 import asyncio
+import itertools
 
 import httpx
 import pytest
@@ -137,3 +138,55 @@ def test_sweep_repeats_a_level_when_asked():
         )
     assert [lv.concurrency for lv in sweep.levels] == [1, 1, 1, 2, 2, 2]
     assert asked == [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3)]
+
+
+def test_a_sweep_spreads_its_workers_over_client_processes_on_one_clock():
+    """Two client processes share each level: every worker its own connection, all of
+    a level's requests in flight at the server at once, records merged in index order."""
+    with SimProcess(SimConfig(ttft_s=0.02, itl_s=0.002)) as sim:
+        sweep = asyncio.run(
+            run_sweep(
+                sim.base_url,
+                PLAN,
+                [1, 8],
+                lambda c, repeat: prompts(1 + 2 * c),
+                warmup=1,
+                level_timeout_s=30,
+                processes=2,
+            )
+        )
+        truth = sim.records()
+    one, eight = sweep.levels
+    assert one.harness is not None and one.harness.processes == 1  # C=1 stays in-process
+    assert eight.harness is not None and eight.harness.processes == 2
+    assert [r.index for r in eight.records] == list(range(16)) and all(r.ok for r in eight.records)
+    assert len(eight.warmup_records) == 1
+    assert all(eight.start <= r.start for r in eight.records)  # one clock for both
+    measured = [t for t in truth if t.arrival >= eight.start]
+    events = sorted([(t.arrival, 1) for t in measured] + [(t.end, -1) for t in measured])
+    assert max(itertools.accumulate(step for _, step in events)) == 8
+
+
+def test_more_client_processes_only_once_one_could_not_keep_up():
+    from perfgate.client.monitor import HarnessStats
+    from perfgate.load import client_processes
+
+    def stats(lag_ms, cpu_share, processes=1):
+        lag = lag_ms / 1000
+        return HarnessStats(
+            loop_lag_p50_s=lag / 2,
+            loop_lag_p99_s=lag,
+            loop_lag_max_s=lag,
+            ticks=100,
+            cpu_s=cpu_share * 10,
+            wall_s=10,
+            processes=processes,
+        )
+
+    assert client_processes(1, stats(0.1, 0.3), limit=4) == 1  # keeping up
+    assert client_processes(1, stats(0.1, 0.8), limit=4) == 2  # CPU near one core
+    assert client_processes(1, stats(5.0, 0.3), limit=4) == 2  # the loop lagged
+    assert client_processes(2, stats(0.1, 1.0, processes=2), limit=4) == 2  # 50% each
+    assert client_processes(2, stats(0.1, 1.5, processes=2), limit=4) == 4
+    assert client_processes(4, stats(9.0, 3.9, processes=4), limit=4) == 4  # at the limit
+    assert client_processes(1, None, limit=4) == 1

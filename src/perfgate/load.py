@@ -8,15 +8,25 @@ Each worker has a connection of its own (:mod:`perfgate.workers`), kept across t
 levels of a sweep. Before the clock starts, every body is encoded and each worker's
 connection is open, so that neither lands in a request's TTFT. A :class:`LoopMonitor`
 watches the harness's own lag and CPU during the measured requests.
+
+When one event loop cannot keep up (measured: its lag above the bound, or its CPU above
+:data:`BUSY_SHARE` of a core, :func:`client_processes`), a sweep's next levels spread
+their workers over client processes (:class:`ShardPool`), whose records are merged on
+one clock: ``time.perf_counter`` is the host's monotonic clock, shared by its processes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import multiprocessing
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any, Literal
 
 from perfgate.client import RequestRecord
 from perfgate.client.monitor import HarnessStats, LoopMonitor
@@ -138,6 +148,161 @@ async def run_level(
     )
 
 
+BUSY_SHARE = 0.6  # a client process above this share of a core is near falling behind
+
+
+def client_processes(current: int, harness: HarnessStats | None, limit: int) -> int:
+    """Client processes for the sweep's next level run: twice as many (up to ``limit``)
+    when a process of this one could not keep up (loop lag above its bound, or CPU above
+    :data:`BUSY_SHARE` of a core a process), else as many."""
+    if harness is None or current >= limit:
+        return current
+    if harness.over_bound or harness.cpu_share / harness.processes > BUSY_SHARE:
+        return min(limit, current * 2)
+    return current
+
+
+def _share(items: Sequence[Any], shard: int, shards: int) -> list[Any]:
+    return list(items[shard::shards])
+
+
+class ShardPool:
+    """Client processes that each run a share of a level's workers on their own event
+    loop and connections; the level's records come back merged, indices and all."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self._context = multiprocessing.get_context("spawn")
+        self._shards: list[tuple[BaseProcess, Connection]] = []
+
+    def ensure(self, count: int) -> None:
+        """Have at least ``count`` shard processes running."""
+        while len(self._shards) < count:
+            parent, child = self._context.Pipe()
+            process = self._context.Process(
+                target=_shard_main, args=(child, self.base_url), daemon=True
+            )
+            process.start()
+            child.close()
+            self._shards.append((process, parent))
+
+    async def run_level(
+        self,
+        plan: RequestPlan,
+        prompts: Sequence[Prompt],
+        *,
+        shards: int,
+        concurrency: int,
+        warmup: int,
+        level_timeout_s: float,
+        on_record: OnRecord | None = None,
+        on_measure_start: Callable[[], None] | None = None,
+    ) -> LevelRun:
+        """:func:`run_level` with its workers spread over ``shards`` processes (each gets
+        every n-th request); the same barriers: all warmups end, then counters are read,
+        then all connections open, then the clock starts."""
+        shards = max(1, min(shards, concurrency))
+        self.ensure(shards)
+        used = self._shards[:shards]
+        bodies = [plan.body(p.text) for p in prompts]
+        warm, measured = bodies[:warmup], bodies[warmup:]
+        deadline = time.perf_counter() + level_timeout_s
+        for k, (_, pipe) in enumerate(used):
+            share = concurrency // shards + (k < concurrency % shards)
+            pipe.send((plan, _share(warm, k, shards), _share(measured, k, shards), share, deadline))
+        await _all(used, "warm")
+        if on_measure_start is not None:
+            on_measure_start()
+        for _, pipe in used:
+            pipe.send("open")
+        await _all(used, "open")
+        start = time.perf_counter()
+        for _, pipe in used:
+            pipe.send("go")
+        results = await _all(used, None)
+        records: list[RequestRecord] = []
+        warmup_records: list[RequestRecord] = []
+        for k, (warm_k, records_k, _, _) in enumerate(results):
+            for record in records_k:
+                record.index = record.index * shards + k
+            records += records_k
+            warmup_records += warm_k
+        records.sort(key=lambda r: r.index)
+        if on_record is not None:
+            for record in records:
+                on_record(record.index, record)
+        return LevelRun(
+            concurrency=concurrency,
+            records=records,
+            start=start,
+            end=max((r.end for r in records), default=start),
+            warmup_records=warmup_records,
+            deadline_hit=any(hit for *_, hit in results),
+            harness=HarnessStats.merged([h for _, _, h, _ in results]),
+        )
+
+    def close(self) -> None:
+        """Stop every shard process (by pid)."""
+        for _, pipe in self._shards:
+            with contextlib.suppress(OSError, BrokenPipeError):
+                pipe.send(None)
+        for process, pipe in self._shards:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+                process.join()
+            pipe.close()
+        self._shards.clear()
+
+
+async def _all(shards: list[tuple[BaseProcess, Connection]], expect: str | None) -> list[Any]:
+    """The next message of every shard (a shard that died is an error, with its exit)."""
+
+    async def one(process: BaseProcess, pipe: Connection) -> Any:
+        try:
+            message = await asyncio.to_thread(pipe.recv)
+        except EOFError:
+            raise RuntimeError(
+                f"client process {process.pid} died (exit code {process.exitcode})"
+            ) from None
+        if isinstance(message, BaseException):
+            raise message
+        if expect is not None and message != expect:
+            raise RuntimeError(f"client process {process.pid} said {message!r}, not {expect!r}")
+        return message
+
+    return await asyncio.gather(*(one(p, c) for p, c in shards))
+
+
+def _shard_main(pipe: Connection, base_url: str) -> None:
+    """A shard process: run level shares as the main process sends them."""
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_shard_loop(pipe, base_url))
+
+
+async def _shard_loop(pipe: Connection, base_url: str) -> None:
+    clock = time.perf_counter
+    async with WireWorkers(base_url) as workers:
+        while (job := await asyncio.to_thread(pipe.recv)) is not None:
+            try:
+                plan, warm, measured, concurrency, deadline = job
+                warm_records, _ = await _run_requests(
+                    workers, plan, warm, concurrency, deadline, clock, None
+                )
+                pipe.send("warm")
+                await asyncio.to_thread(pipe.recv)  # "open"
+                await workers.open(min(concurrency, len(measured)))
+                pipe.send("open")
+                await asyncio.to_thread(pipe.recv)  # "go"
+                async with LoopMonitor(clock=clock) as monitor:
+                    records, hit = await _run_requests(
+                        workers, plan, measured, concurrency, deadline, clock, None
+                    )
+                pipe.send((warm_records, records, monitor.stats(), hit))
+            except Exception as exc:  # the main process raises it
+                pipe.send(exc)
+
+
 async def run_sweep(
     base_url: str,
     plan: RequestPlan,
@@ -150,36 +315,48 @@ async def run_sweep(
     on_record: OnRecord | None = None,
     on_level: Callable[[LevelRun, int], None] | None = None,
     on_measure_start: Callable[[], None] | None = None,
+    processes: int | Literal["auto"] = "auto",
 ) -> SweepRun:
     """Run levels in order, each worker on its own connection for the whole sweep.
 
     After each run of a level, ``after_level(concurrency, runs_so_far)`` says what next:
     ``"next"`` level, ``"repeat"`` this level, or ``"stop"`` the sweep (early abort).
     ``prompts_for(concurrency, repeat)`` gives each run's prompts, warmup first.
+    ``processes``: client processes, or ``"auto"``: one, and more once one could not
+    keep up (:func:`client_processes`; at most one less than the host's cores).
     """
     done: list[LevelRun] = []
-    async with WireWorkers(base_url) as workers:
-        for position, concurrency in enumerate(levels):
-            runs: list[LevelRun] = []
-            while True:
-                prompts = prompts_for(concurrency, len(runs))
-                level = await run_level(
-                    workers,
-                    plan,
-                    prompts,
-                    concurrency=concurrency,
-                    warmup=warmup,
-                    level_timeout_s=level_timeout_s,
-                    on_record=on_record,
-                    on_measure_start=on_measure_start,
-                )
-                runs.append(level)
-                done.append(level)
-                if on_level is not None:
-                    on_level(level, len(runs) - 1)
-                decision = after_level(concurrency, runs) if after_level else "next"
-                if decision == "stop":
-                    return SweepRun(levels=done, not_run=list(levels[position + 1 :]))
-                if decision == "next":
-                    break
+    limit = max(1, (os.cpu_count() or 1) - 1) if processes == "auto" else processes
+    current = 1 if processes == "auto" else processes
+    pool = ShardPool(base_url)
+    try:
+        async with WireWorkers(base_url) as workers:
+            for position, concurrency in enumerate(levels):
+                runs: list[LevelRun] = []
+                while True:
+                    prompts = prompts_for(concurrency, len(runs))
+                    common = {
+                        "concurrency": concurrency,
+                        "warmup": warmup,
+                        "level_timeout_s": level_timeout_s,
+                        "on_record": on_record,
+                        "on_measure_start": on_measure_start,
+                    }
+                    if current > 1 and concurrency > 1:
+                        level = await pool.run_level(plan, prompts, shards=current, **common)
+                    else:
+                        level = await run_level(workers, plan, prompts, **common)
+                    runs.append(level)
+                    done.append(level)
+                    if on_level is not None:
+                        on_level(level, len(runs) - 1)
+                    if processes == "auto":
+                        current = client_processes(current, level.harness, limit)
+                    decision = after_level(concurrency, runs) if after_level else "next"
+                    if decision == "stop":
+                        return SweepRun(levels=done, not_run=list(levels[position + 1 :]))
+                    if decision == "next":
+                        break
+    finally:
+        pool.close()
     return SweepRun(levels=done, not_run=[])

@@ -12,7 +12,7 @@ import json
 import re
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -108,6 +108,12 @@ class WorkloadSpec(_Strict):
     single_requests: int = Field(5, ge=1, description="Sequential single-request measurements.")
     warmup: int = Field(1, ge=0, description="Warmup requests before each level (unmeasured).")
     seed: int = Field(0, description="Seed of the random prompts.")
+    client_processes: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
+        "auto",
+        description="Client processes generating a sweep's load. 'auto': one, and twice as "
+        "many for the next levels whenever one could not keep up (its event loop lagging, "
+        "or above 60% of a core), up to the host's cores less one.",
+    )
 
     @field_validator("levels")
     @classmethod

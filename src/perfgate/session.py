@@ -494,6 +494,7 @@ class PerfgateSession:
                     on_record=on_record,
                     on_level=on_level,
                     on_measure_start=spec_window.open,
+                    processes=self.profile.workload.client_processes,
                 )
             )
         except (KeyboardInterrupt, WorkloadError) as exc:  # Ctrl-C or SIGTERM, or no prompts

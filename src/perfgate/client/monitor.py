@@ -32,8 +32,22 @@ class HarnessStats(BaseModel):
     )
     loop_lag_max_s: float = Field(description="Largest loop lag seen.")
     ticks: int = Field(description="Timer samples taken.")
-    cpu_s: float = Field(description="CPU seconds the client process used.")
+    cpu_s: float = Field(description="CPU seconds the client processes used, together.")
     wall_s: float = Field(description="Seconds watched.")
+    processes: int = Field(1, description="Client processes (each its own event loop).")
+
+    @classmethod
+    def merged(cls, shards: list[HarnessStats]) -> HarnessStats:
+        """Several client processes' stats as one level's: the worst lag, all the CPU."""
+        return cls(
+            loop_lag_p50_s=max(h.loop_lag_p50_s for h in shards),
+            loop_lag_p99_s=max(h.loop_lag_p99_s for h in shards),
+            loop_lag_max_s=max(h.loop_lag_max_s for h in shards),
+            ticks=sum(h.ticks for h in shards),
+            cpu_s=sum(h.cpu_s for h in shards),
+            wall_s=max(h.wall_s for h in shards),
+            processes=sum(h.processes for h in shards),
+        )
 
     @property
     def cpu_share(self) -> float:
@@ -52,9 +66,10 @@ class HarnessStats(BaseModel):
 
     def describe(self) -> str:
         """One line: timing error and CPU."""
+        processes = f" in {self.processes} processes" if self.processes > 1 else ""
         return (
             f"harness lag p99 {self.loop_lag_p99_s * 1000:.2f} ms, "
-            f"client CPU {self.cpu_share:.0%} of a core"
+            f"client CPU {self.cpu_share:.0%} of a core{processes}"
         )
 
 
