@@ -20,7 +20,8 @@ minus the server's write) is perfgate's error. Per level it reports:
 
     python benchmarks/harness_fidelity.py                     # C = 1, 16, 64, 100, 256
     python benchmarks/harness_fidelity.py -c 64 --itl-ms 20   # one level
-    python benchmarks/harness_fidelity.py --processes 2       # load sharded over processes
+    python benchmarks/harness_fidelity.py --processes 2       # load over 2 client processes
+    python benchmarks/harness_fidelity.py --client httpx      # the httpx client, to compare
 """
 
 from __future__ import annotations
@@ -28,16 +29,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import multiprocessing
 import statistics
 from dataclasses import dataclass
 
 from perfgate.client import RequestRecord, encode_body, request_body
 from perfgate.client.monitor import HarnessStats
 from perfgate.client.transport import pooled_client
-from perfgate.load import run_level
+from perfgate.load import LevelRun, run_level, run_sweep
 from perfgate.sim import SimConfig, SimProcess, SimRecord
-from perfgate.workers import HttpxWorkers, RequestPlan, WireWorkers
+from perfgate.workers import HttpxWorkers, RequestPlan
 from perfgate.workload import Prompt
 
 # (concurrency, ITL ms): 50 tok/s a stream; C=100 streams 5k tok/s, C=256 20k tok/s
@@ -58,30 +58,6 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def _shard(
-    args: tuple[str, int, int, int, int, int, str],
-) -> tuple[list[RequestRecord], HarnessStats]:
-    """One client process's share of a level (also run in the main process when N = 1)."""
-    base_url, shard, concurrency, requests, output_len, input_words, client = args
-    plan = TaggedPlan(api="completions", model="sim", output_len=output_len, request_timeout_s=120)
-    prompts = [Prompt(f"s{shard}r{i} " + "word " * input_words, None) for i in range(requests)]
-
-    async def level() -> tuple[list[RequestRecord], HarnessStats]:
-        workers = (
-            HttpxWorkers(lambda: pooled_client(base_url, 1, 120))
-            if client == "httpx"
-            else WireWorkers(base_url)
-        )
-        async with workers:
-            run = await run_level(
-                workers, plan, prompts, concurrency=concurrency, warmup=0, level_timeout_s=600
-            )
-        assert run.harness is not None
-        return run.records, run.harness
-
-    return asyncio.run(level())
-
-
 def measure(
     concurrency: int,
     itl_ms: float,
@@ -91,28 +67,41 @@ def measure(
     waves: int,
     client: str,
 ) -> str:
+    """One level on a fresh simulator; perfgate's own sweep code (``processes`` > 1: its
+    :class:`perfgate.load.ShardPool`), or the httpx workers for comparison."""
     config = SimConfig(ttft_s=0.1, itl_s=itl_ms / 1000)
-    per = [concurrency // processes + (k < concurrency % processes) for k in range(processes)]
+    plan = TaggedPlan(api="completions", model="sim", output_len=output_len, request_timeout_s=120)
+    prompts = [Prompt(f"r{i} " + "word " * input_words, None) for i in range(concurrency * waves)]
     with SimProcess(config) as sim:
-        jobs = [
-            (sim.base_url, k, c, c * waves, output_len, input_words, client)
-            for k, c in enumerate(per)
-            if c
-        ]
-        if processes == 1:
-            results = [_shard(jobs[0])]
+        if client == "httpx":
+            run = asyncio.run(_httpx_level(sim.base_url, plan, prompts, concurrency))
         else:
-            with multiprocessing.get_context("spawn").Pool(len(jobs)) as pool:
-                results = pool.map(_shard, jobs)
+            sweep = asyncio.run(
+                run_sweep(
+                    sim.base_url,
+                    plan,
+                    [concurrency],
+                    lambda c, repeat: prompts,
+                    warmup=0,
+                    level_timeout_s=600,
+                    processes=processes,
+                )
+            )
+            run = sweep.levels[0]
         truth = {t.tag: t for t in sim.records() if t.tag}
-    pairs = [
-        (record, truth[f"s{job[1]}r{record.index}"])
-        for job, (records, _) in zip(jobs, results, strict=True)
-        for record in records
-        if f"s{job[1]}r{record.index}" in truth
-    ]
-    unpaired = sum(len(records) for records, _ in results) - len(pairs)
-    return _row(concurrency, itl_ms, processes, pairs, [h for _, h in results], unpaired, client)
+    pairs = [(r, truth[f"r{r.index}"]) for r in run.records if f"r{r.index}" in truth]
+    assert run.harness is not None
+    unpaired = len(run.records) - len(pairs)
+    return _row(concurrency, itl_ms, run.harness.processes, pairs, run.harness, unpaired, client)
+
+
+async def _httpx_level(
+    base_url: str, plan: RequestPlan, prompts: list[Prompt], concurrency: int
+) -> LevelRun:
+    async with HttpxWorkers(lambda: pooled_client(base_url, 1, 120)) as workers:
+        return await run_level(
+            workers, plan, prompts, concurrency=concurrency, warmup=0, level_timeout_s=600
+        )
 
 
 def _row(
@@ -120,7 +109,7 @@ def _row(
     itl_ms: float,
     processes: int,
     pairs: list[tuple[RequestRecord, SimRecord]],
-    harness: list[HarnessStats],
+    harness: HarnessStats,
     failed: int,
     client: str,
 ) -> str:
@@ -140,8 +129,7 @@ def _row(
         transit.append(t.arrival - record.sent)
         client_itl += [b - a for a, b in itertools.pairwise(record.token_times)]
         server_itl += [b - a for a, b in itertools.pairwise(t.written)]
-    wall = max(h.wall_s for h in harness)
-    cpu = sum(h.cpu_s for h in harness)
+    wall, cpu = harness.wall_s, harness.cpu_s
     ms = 1000.0
     return (
         f"| {client} | {concurrency} | {processes} | {itl_ms:g} | {tokens / wall:,.0f} | "
@@ -151,7 +139,7 @@ def _row(
         f"{statistics.median(transit) * ms:.2f} / {_pct(transit, 0.99) * ms:.2f} | "
         f"{_pct(client_itl, 0.5) * ms:.2f} / {_pct(client_itl, 0.99) * ms:.2f} | "
         f"{_pct(server_itl, 0.5) * ms:.2f} / {_pct(server_itl, 0.99) * ms:.2f} | "
-        f"{max(h.loop_lag_p99_s for h in harness) * ms:.2f} | {failed} |"
+        f"{harness.loop_lag_p99_s * ms:.2f} / {harness.loop_lag_max_s * ms:.1f} | {failed} |"
     )
 
 
@@ -159,7 +147,7 @@ HEADER = (
     "| client | C | processes | ITL ms | streamed tok/s | client CPU | CPU µs/token | "
     "observation delay ms p50 / p99 / max | TTFT error ms p50 / p99 | "
     "send to server read ms p50 / p99 | "
-    "ITL read ms p50 / p99 | ITL written ms p50 / p99 | monitor lag p99 ms | unpaired |\n"
+    "ITL read ms p50 / p99 | ITL written ms p50 / p99 | monitor lag p99 / max ms | unpaired |\n"
     "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 

@@ -3,10 +3,10 @@
 A chunk that arrives while the loop is busy is timestamped when the loop gets round to
 it. Every ``tick_s`` the monitor yields to the loop once and times how long the loop
 takes to come back: everything ready runs first, as it would before a freshly arrived
-chunk. That **loop lag** is the delay a timestamp may carry; its 99th percentile is the
-level's **timing error bound**. (Timer lateness would not do: epoll rounds timeouts up
-to whole milliseconds.) The client's CPU share says why: near one core, one event loop
-cannot keep up.
+chunk. To that it adds how late its timer woke beyond epoll's millisecond rounding: the
+time the process did not run at all. That **loop lag** is the delay a timestamp may
+carry; its 99th percentile is the level's **timing error bound**. The client's CPU
+share says why: near one core, one event loop cannot keep up.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pydantic import BaseModel, Field
 
 TICK_S = 0.005
+EPOLL_ROUNDING_S = 0.001  # epoll rounds a timer's timeout up to whole milliseconds
 LAG_BOUND_S = 0.002  # above this, a level's per-token timings are marked approximate
 
 
@@ -96,10 +97,15 @@ class LoopMonitor:
 
     async def _tick(self) -> None:
         while True:
+            due = self.clock() + self.tick_s
             await asyncio.sleep(self.tick_s)
             yielded = self.clock()
             await asyncio.sleep(0)  # back of the ready queue, behind any arrived chunks
-            self.lags.append(self.clock() - yielded)
+            back = self.clock()
+            # a timer may wake up to EPOLL_ROUNDING_S late by itself; any more is time the
+            # process did not run (descheduled, or a long callback): chunks wait that too
+            stalled = max(0.0, yielded - due - EPOLL_ROUNDING_S)
+            self.lags.append(stalled + back - yielded)
 
     async def __aenter__(self) -> LoopMonitor:
         self._start, self._cpu_start = self.clock(), self.cpu_clock()
