@@ -11,11 +11,16 @@ import pytest
 from perfgate.client import encode_body, request_body
 from perfgate.client.wire import Endpoint
 from perfgate.sim import SimConfig, serve, words
-from perfgate.workers import RequestPlan, WireWorkers
+from perfgate.workers import RequestPlan, WireWorkers, finished
 
 PLAN = RequestPlan(api="completions", model="sim", output_len=5, request_timeout_s=10)
 CHAT = RequestPlan(api="chat", model="sim", output_len=5, request_timeout_s=10)
 FAST = SimConfig(ttft_s=0.002, itl_s=0.001)
+
+
+async def send(workers: WireWorkers, *args, **kwargs):
+    """One request's complete record (measured requests are parsed after their level)."""
+    return finished(await workers.send(*args, **kwargs))
 
 
 def body(plan: RequestPlan = PLAN, **extra: object) -> bytes:
@@ -29,8 +34,8 @@ async def test_completion_and_chat_streams_match_the_servers_truth():
     config = FAST.with_changes(tokens_per_chunk=2, reasoning_tokens=2)
     async with serve(config) as url, WireWorkers(url) as workers:
         await workers.open(1)
-        done = await workers.send(0, body(), index=0, plan=PLAN, timeout_s=10)
-        chat = await workers.send(0, body(CHAT), index=1, plan=CHAT, timeout_s=10)
+        done = await send(workers, 0, body(), index=0, plan=PLAN, timeout_s=10)
+        chat = await send(workers, 0, body(CHAT), index=1, plan=CHAT, timeout_s=10)
     assert done.ok and chat.ok, (done.error, chat.error)
     assert done.text == words(0, 5) and done.completion_tokens == 5
     assert len(done.token_times) == 3 and done.finish_reason == "length"
@@ -52,8 +57,8 @@ FAULTS = [
 @pytest.mark.asyncio
 async def test_faults_become_the_records_error_and_the_worker_recovers(fault, error, chunks):
     async with serve(FAST) as url, WireWorkers(url) as workers:
-        record = await workers.send(0, body(sim_fault=fault), index=0, plan=PLAN, timeout_s=10)
-        after = await workers.send(0, body(), index=1, plan=PLAN, timeout_s=10)
+        record = await send(workers, 0, body(sim_fault=fault), index=0, plan=PLAN, timeout_s=10)
+        after = await send(workers, 0, body(), index=1, plan=PLAN, timeout_s=10)
     if error is None:
         assert record.ok, record.error
     else:
@@ -66,8 +71,8 @@ async def test_faults_become_the_records_error_and_the_worker_recovers(fault, er
 async def test_a_stalled_stream_hits_the_deadline_and_the_next_request_reconnects():
     stall = {"kind": "stall", "after": 1, "stall_s": 5}
     async with serve(FAST) as url, WireWorkers(url) as workers:
-        slow = await workers.send(0, body(sim_fault=stall), index=0, plan=PLAN, timeout_s=0.3)
-        after = await workers.send(0, body(), index=1, plan=PLAN, timeout_s=10)
+        slow = await send(workers, 0, body(sim_fault=stall), index=0, plan=PLAN, timeout_s=0.3)
+        after = await send(workers, 0, body(), index=1, plan=PLAN, timeout_s=10)
     assert not slow.ok and "deadline of 0.3s exceeded" in (slow.error or "")
     assert after.ok
 
@@ -115,8 +120,8 @@ async def test_chunks_split_anywhere_and_chunk_extensions_are_read():
     pieces = [whole[i : i + 7] for i in range(0, len(whole), 7)]  # every 7 bytes
     server, url, _ = await raw_server([pieces])
     async with server, WireWorkers(url) as workers:
-        record = await workers.send(0, body(), index=0, plan=PLAN, timeout_s=10)
-        again = await workers.send(0, body(), index=1, plan=PLAN, timeout_s=10)
+        record = await send(workers, 0, body(), index=0, plan=PLAN, timeout_s=10)
+        again = await send(workers, 0, body(), index=1, plan=PLAN, timeout_s=10)
     assert record.ok and record.text == "a" and len(record.token_times) == 1, record.error
     assert again.ok and again.reconnects == 0  # the connection was kept
 
@@ -130,8 +135,8 @@ async def test_content_length_and_connection_close_responses():
     )
     server, url, served = await raw_server([[reply]])
     async with server, WireWorkers(url) as workers:
-        first = await workers.send(0, body(), index=0, plan=PLAN, timeout_s=10)
-        second = await workers.send(0, body(), index=1, plan=PLAN, timeout_s=10)
+        first = await send(workers, 0, body(), index=0, plan=PLAN, timeout_s=10)
+        second = await send(workers, 0, body(), index=1, plan=PLAN, timeout_s=10)
     assert first.status == 400 and first.error == 'HTTP 400: {"error":{"message":"bad"}}'
     assert second.status == 400 and second.reconnects == 0  # closed on purpose: a new one
     assert len(served) == 2
@@ -142,8 +147,8 @@ async def test_a_kept_connection_closed_by_the_server_is_replaced_once():
     whole = HEAD + b"\r\n" + chunk(EVENT) + chunk(DONE) + b"0\r\n\r\n"
     server, url, served = await raw_server([[whole]], close_after_each=True)
     async with server, WireWorkers(url) as workers:
-        first = await workers.send(0, body(), index=0, plan=PLAN, timeout_s=10)
-        second = await workers.send(0, body(), index=1, plan=PLAN, timeout_s=10)
+        first = await send(workers, 0, body(), index=0, plan=PLAN, timeout_s=10)
+        second = await send(workers, 0, body(), index=1, plan=PLAN, timeout_s=10)
     assert first.ok and first.reconnects == 0
     assert second.ok and second.reconnects == 1 and len(served) == 2
 

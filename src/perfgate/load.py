@@ -7,7 +7,8 @@ and are not measured.
 Each worker has a connection of its own (:mod:`perfgate.workers`), kept across the
 levels of a sweep. Before the clock starts, every body is encoded and each worker's
 connection is open, so that neither lands in a request's TTFT. A :class:`LoopMonitor`
-watches the harness's own lag and CPU during the measured requests.
+watches the harness's own lag and CPU during the measured requests, and the garbage
+collector waits until they end.
 
 When one event loop cannot keep up (measured: its lag above the bound, or its CPU above
 :data:`BUSY_SHARE` of a core, :func:`client_processes`), a sweep's next levels spread
@@ -19,10 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import multiprocessing
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -30,7 +32,8 @@ from typing import Any, Literal
 
 from perfgate.client import RequestRecord
 from perfgate.client.monitor import HarnessStats, LoopMonitor
-from perfgate.workers import RequestPlan, WireWorkers, Workers
+from perfgate.client.stream import Unparsed
+from perfgate.workers import RequestPlan, WireWorkers, Workers, finished
 from perfgate.workload import Prompt
 
 OnRecord = Callable[[int, RequestRecord], None]
@@ -73,6 +76,21 @@ def plain_rounds(one_round: Callable[[], None], rounds: int) -> None:
         one_round()
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No garbage collection during measured requests (a full collection stalls the
+    event loop for tens of milliseconds, and every chunk arriving meanwhile is stamped
+    late); one collection before, and the collector back on after."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 async def _run_requests(
     workers: Workers,
     plan: RequestPlan,
@@ -80,9 +98,9 @@ async def _run_requests(
     concurrency: int,
     deadline: float,
     clock: Callable[[], float],
-    on_record: OnRecord | None,
-) -> tuple[list[RequestRecord], bool]:
-    records: list[RequestRecord | None] = [None] * len(bodies)
+) -> tuple[list[RequestRecord | Unparsed], bool]:
+    """The requests, closed-loop; their records still to be parsed (:func:`_completed`)."""
+    sent: list[RequestRecord | Unparsed | None] = [None] * len(bodies)
     next_index = 0
     deadline_hit = False
 
@@ -94,20 +112,26 @@ async def _run_requests(
             remaining = deadline - clock()
             if remaining <= 0:
                 deadline_hit = True
-                records[i] = RequestRecord(
+                sent[i] = RequestRecord(
                     index=i, start=clock(), end=clock(), error="not run: level deadline exceeded"
                 )
                 continue
             timeout = min(plan.request_timeout_s, remaining)
-            record = plan.checked(
-                await workers.send(k, bodies[i], index=i, plan=plan, timeout_s=timeout)
-            )
-            records[i] = record
-            if on_record is not None:
-                on_record(i, record)
+            sent[i] = await workers.send(k, bodies[i], index=i, plan=plan, timeout_s=timeout)
 
     await asyncio.gather(*(worker(k) for k in range(min(concurrency, len(bodies)))))
-    return [r for r in records if r is not None], deadline_hit
+    return [r for r in sent if r is not None], deadline_hit
+
+
+def _completed(
+    sent: list[RequestRecord | Unparsed], plan: RequestPlan, on_record: OnRecord | None = None
+) -> list[RequestRecord]:
+    """Parsed and checked records (after the measured time: parsing is not I/O)."""
+    records = [plan.checked(finished(s)) for s in sent]
+    if on_record is not None:
+        for record in records:
+            on_record(record.index, record)
+    return records
 
 
 async def run_level(
@@ -127,15 +151,18 @@ async def run_level(
     deadline = clock() + level_timeout_s
     bodies = [plan.body(p.text) for p in prompts]
     warm, measured = bodies[:warmup], bodies[warmup:]
-    warmup_records, _ = await _run_requests(workers, plan, warm, concurrency, deadline, clock, None)
+    warm_sent, _ = await _run_requests(workers, plan, warm, concurrency, deadline, clock)
+    warmup_records = _completed(warm_sent, plan)
     if on_measure_start is not None:
         on_measure_start()
     await workers.open(min(concurrency, len(measured)))
-    async with LoopMonitor(clock=clock) as monitor:
-        start = clock()
-        records, deadline_hit = await _run_requests(
-            workers, plan, measured, concurrency, deadline, clock, on_record
-        )
+    with collector_paused():
+        async with LoopMonitor(clock=clock) as monitor:
+            start = clock()
+            sent, deadline_hit = await _run_requests(
+                workers, plan, measured, concurrency, deadline, clock
+            )
+    records = _completed(sent, plan, on_record)
     end = max((r.end for r in records), default=start)
     return LevelRun(
         concurrency=concurrency,
@@ -286,19 +313,21 @@ async def _shard_loop(pipe: Connection, base_url: str) -> None:
         while (job := await asyncio.to_thread(pipe.recv)) is not None:
             try:
                 plan, warm, measured, concurrency, deadline = job
-                warm_records, _ = await _run_requests(
-                    workers, plan, warm, concurrency, deadline, clock, None
+                warm_sent, _ = await _run_requests(
+                    workers, plan, warm, concurrency, deadline, clock
                 )
+                warm_records = _completed(warm_sent, plan)
                 pipe.send("warm")
                 await asyncio.to_thread(pipe.recv)  # "open"
                 await workers.open(min(concurrency, len(measured)))
                 pipe.send("open")
                 await asyncio.to_thread(pipe.recv)  # "go"
-                async with LoopMonitor(clock=clock) as monitor:
-                    records, hit = await _run_requests(
-                        workers, plan, measured, concurrency, deadline, clock, None
-                    )
-                pipe.send((warm_records, records, monitor.stats(), hit))
+                with collector_paused():
+                    async with LoopMonitor(clock=clock) as monitor:
+                        sent, hit = await _run_requests(
+                            workers, plan, measured, concurrency, deadline, clock
+                        )
+                pipe.send((warm_records, _completed(sent, plan), monitor.stats(), hit))
             except Exception as exc:  # the main process raises it
                 pipe.send(exc)
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import httpx
 
 from perfgate.client import Api, RequestRecord, encode_body, request_body, stream_request
-from perfgate.client.stream import send_streamed
+from perfgate.client.stream import Unparsed, send_streamed
 from perfgate.client.wire import Endpoint, WireConnection
 
 
@@ -66,6 +66,11 @@ class RequestPlan:
         return record
 
 
+def finished(sent: RequestRecord | Unparsed) -> RequestRecord:
+    """A sent request's complete record (parsing it now if it waited)."""
+    return sent.parse() if isinstance(sent, Unparsed) else sent
+
+
 class Workers(Protocol):
     """Where a level's workers send their requests: worker ``k`` always on its own
     connection."""
@@ -75,8 +80,9 @@ class Workers(Protocol):
 
     async def send(
         self, worker: int, body: bytes, *, index: int, plan: RequestPlan, timeout_s: float
-    ) -> RequestRecord:
-        """One streamed request on worker ``worker``'s connection."""
+    ) -> RequestRecord | Unparsed:
+        """One streamed request on worker ``worker``'s connection (its record may be
+        parsed later: :func:`finished`)."""
 
     async def aclose(self) -> None:
         """Close every connection."""
@@ -102,8 +108,8 @@ class WireWorkers:
 
     async def send(
         self, worker: int, body: bytes, *, index: int, plan: RequestPlan, timeout_s: float
-    ) -> RequestRecord:
-        record, kept = await send_streamed(
+    ) -> RequestRecord | Unparsed:
+        sent, kept = await send_streamed(
             self.endpoint,
             self._connections.pop(worker, None),
             body,
@@ -115,7 +121,7 @@ class WireWorkers:
         )
         if kept is not None:
             self._connections[worker] = kept
-        return record
+        return sent
 
     async def aclose(self) -> None:
         for conn in self._connections.values():
@@ -193,9 +199,15 @@ class SequentialClient:
     def send(self, prompt: str) -> RequestRecord:
         """One streamed request, its output checked (:meth:`RequestPlan.checked`)."""
         plan = self.plan
-        record = self._loop.run_until_complete(
-            self._workers.send(
-                0, plan.body(prompt), index=self.sent, plan=plan, timeout_s=plan.request_timeout_s
+        record = finished(
+            self._loop.run_until_complete(
+                self._workers.send(
+                    0,
+                    plan.body(prompt),
+                    index=self.sent,
+                    plan=plan,
+                    timeout_s=plan.request_timeout_s,
+                )
             )
         )
         self.sent += 1

@@ -29,7 +29,7 @@ import httpx
 
 from perfgate.client.sse import SSEDecoder
 from perfgate.client.transport import sent_at
-from perfgate.client.wire import ConnectionClosed, Endpoint, WireConnection, exchange
+from perfgate.client.wire import ConnectionClosed, Endpoint, Response, WireConnection, exchange
 
 Api = Literal["completions", "chat"]
 API_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -250,6 +250,46 @@ async def _read(
     return None
 
 
+@dataclass(slots=True)
+class Unparsed:
+    """A measured request whose response has not been parsed yet: its record has the
+    times (start, sent, end), status and reconnects; :meth:`parse` reads the body. Parsing
+    waits until the level's requests are all done, so that the event loop spends the
+    measured time on I/O alone (256 streams ending together, parsed at once, stalled it
+    for half a second)."""
+
+    record: RequestRecord
+    response: Response | None
+    api: Api
+    reasoning_fields: tuple[str, ...]
+
+    def parse(self) -> RequestRecord:
+        """The record, complete: tokens and their times, text, usage, finish, errors."""
+        record, response = self.record, self.response
+        if response is None:
+            return record
+        parser = _Parser(record, self.api, self.reasoning_fields)
+        if response.status is not None and response.status >= 400:
+            text = response.body[:ERROR_BODY_LIMIT].decode(errors="replace")
+            record.error = f"HTTP {response.status}: {text}"
+        else:  # what arrived, also before a failure
+            decoder = SSEDecoder()
+            for at, piece in zip(response.times, response.pieces, strict=True):
+                for data in decoder.feed(piece):
+                    parser.event(data, at)
+                if parser.done:
+                    record.end = at  # [DONE]: what follows is framing
+                    break
+            if not parser.done and response.error is None:
+                for data in decoder.finish():
+                    parser.event(data, record.end)
+        if response.error is not None and record.error is None:
+            record.error = response.error
+        parser.close()
+        self.response = None
+        return record
+
+
 async def send_streamed(
     endpoint: Endpoint,
     connection: WireConnection | None,
@@ -260,10 +300,11 @@ async def send_streamed(
     timeout_s: float = 120.0,
     reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning"),
     clock: Callable[[], float] = time.perf_counter,
-) -> tuple[RequestRecord, WireConnection | None]:
+) -> tuple[Unparsed, WireConnection | None]:
     """:func:`stream_request` on the lean client (:mod:`perfgate.client.wire`), for the
     measured requests: the same record, stamped closer to the wire at a fraction of the
-    CPU. Returns the record and the connection to keep (None: it was dropped)."""
+    CPU, parsed later (:meth:`Unparsed.parse`). Returns it and the connection to keep
+    (None: it was dropped)."""
     record = RequestRecord(index=index, start=clock())
     try:
         response, connection, record.reconnects = await exchange(
@@ -272,32 +313,15 @@ async def send_streamed(
     except TimeoutError:
         record.error = f"request deadline of {timeout_s:.1f}s exceeded"
         record.end = clock()
-        return record, None
+        return Unparsed(record, None, api, reasoning_fields), None
     except (OSError, ConnectionClosed) as exc:
         record.error = f"{type(exc).__name__}: {exc or 'connection lost'}"
         record.end = clock()
-        return record, None
+        return Unparsed(record, None, api, reasoning_fields), None
     record.sent, record.status = response.sent, response.status
     record.end = response.end if response.end is not None else clock()
-    parser = _Parser(record, api, reasoning_fields)
-    if response.status is not None and response.status >= 400:
-        text = response.body[:ERROR_BODY_LIMIT].decode(errors="replace")
-        record.error = f"HTTP {response.status}: {text}"
-    else:  # what arrived, also before a failure
-        decoder = SSEDecoder()
-        for at, piece in response.pieces:
-            for data in decoder.feed(piece):
-                parser.event(data, at)
-            if parser.done:
-                record.end = at  # [DONE]: what follows is framing
-                break
-        if not parser.done and response.error is None:
-            for data in decoder.finish():
-                parser.event(data, record.end)
-    if response.error is not None and record.error is None:
-        record.error = response.error
-    parser.close()
-    return record, None if connection.closed else connection
+    kept = None if connection.closed else connection
+    return Unparsed(record, response, api, reasoning_fields), kept
 
 
 async def _drain(chunks: AsyncIterator[bytes]) -> None:

@@ -36,18 +36,21 @@ class ConnectionClosed(Exception):
 
 @dataclass
 class Response:
-    """One response as it arrived: status, headers, and body pieces with their times."""
+    """One response as it arrived: status, headers, and body pieces with their arrival
+    times (two flat lists: floats and bytes are not tracked by the garbage collector,
+    tuples would be, and a collection walking them stalls the loop)."""
 
     sent: float
     status: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
-    pieces: list[tuple[float, bytes]] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    pieces: list[bytes] = field(default_factory=list)
     end: float | None = None
     error: str | None = None
 
     @property
     def body(self) -> bytes:
-        return b"".join(piece for _, piece in self.pieces)
+        return b"".join(self.pieces)
 
 
 class WireConnection(asyncio.Protocol):
@@ -156,7 +159,8 @@ class WireConnection(asyncio.Protocol):
         raw = self._raw
         if self._framing != "chunked":
             if raw:
-                response.pieces.append((now, bytes(raw)))
+                response.times.append(now)
+                response.pieces.append(bytes(raw))
                 self._left -= len(raw)
                 raw.clear()
             if self._framing == "length" and self._left <= 0:
@@ -180,7 +184,8 @@ class WireConnection(asyncio.Protocol):
                 return
             if len(raw) < line_end + 2 + size + 2:
                 break  # the whole chunk is not here yet
-            response.pieces.append((now, bytes(raw[line_end + 2 : line_end + 2 + size])))
+            response.times.append(now)
+            response.pieces.append(bytes(raw[line_end + 2 : line_end + 2 + size]))
             pos = line_end + 2 + size + 2
         del raw[:pos]
 
