@@ -28,7 +28,7 @@ from perfgate.baseline import (
     save_baseline,
 )
 from perfgate.client import RequestRecord
-from perfgate.client.monitor import LAG_BOUND_S
+from perfgate.client.monitor import timing_warning
 from perfgate.diagnose import Diagnosis, diagnose
 from perfgate.engines import Engine, Facts, get_engine
 from perfgate.errors import BackendError, BaselineError, WorkloadError
@@ -458,13 +458,6 @@ class PerfgateSession:
                 )
                 + (f"; {level.harness.describe()}" if level.harness else "")
             )
-            if level.harness is not None and level.harness.over_bound:
-                self.degraded(
-                    f"{name} C={m.concurrency}: the harness's timing error ("
-                    f"{level.harness.describe()}) is above {LAG_BOUND_S * 1000:.0f} ms: "
-                    "per-token timings of this level (TTFT, TPOT, ITL) carry it; a timing "
-                    "verdict it could flip is UNTRUSTED"
-                )
             self.save_run()
 
         def after_level(c: int, runs: list[LevelRun]) -> Decision:
@@ -510,6 +503,9 @@ class PerfgateSession:
         measurement.not_run = sweep.not_run
         if measurement.not_run and measurement.aborted:
             measurement.aborted += f"; levels not run: {measurement.not_run}"
+        harness = [(lv.concurrency, lv.harness) for lv in measurement.levels if lv.harness]
+        if (warning := timing_warning(name, harness)) is not None:
+            self.degraded(warning)
         self.save_run()
         return measurement
 

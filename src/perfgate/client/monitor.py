@@ -130,3 +130,31 @@ class LoopMonitor:
             cpu_s=self._cpu_end - self._cpu_start,
             wall_s=self._end - self._start,
         )
+
+
+def timing_warning(measurement: str, levels: list[tuple[int, HarnessStats]]) -> str | None:
+    """One line on the level runs whose timing error passed :data:`LAG_BOUND_S` (None when
+    none did), with the likely reason: a busy client, or a client left without a core."""
+    over = [(c, h) for c, h in levels if h.over_bound]
+    if not over:
+        return None
+    worst = max((h for _, h in over), key=lambda h: h.error_bound_s)
+    where = ", ".join(f"C={c}" for c in dict.fromkeys(c for c, _ in over))
+    busiest = max(h.cpu_share / h.processes for _, h in over)
+    if busiest > 0.6:
+        why = (
+            "a client process is near a full core: more client processes "
+            "(workload.client_processes) would keep up"
+        )
+    else:
+        why = (
+            f"the client used at most {busiest:.0%} of a core yet waited: it was left without "
+            "a CPU (the server or another tenant busy on every core); run the client on "
+            "other cores or another host"
+        )
+    return (
+        f"{measurement}: the harness's timing error passed {LAG_BOUND_S * 1000:.0f} ms in "
+        f"{len(over)} of {len(levels)} level runs ({where}; worst {worst.describe()}); "
+        f"{why}. Per-token timings of those levels (TTFT, TPOT, ITL) carry it, and a timing "
+        "verdict it could flip is UNTRUSTED"
+    )
