@@ -103,7 +103,10 @@ def test_bad_flag_fails_within_5s_with_exit_code_and_log_tail(tmp_path):
 
 
 def test_server_killed_during_a_level_fails_fast_and_stops_the_sweep(tmp_path):
+    """The server's process group is killed once it has answered its first request (its
+    log says so), while the level's next request is on its way."""
     import asyncio
+    import threading
 
     from perfgate.load import run_sweep
     from perfgate.workload import Tokenizer, build_prompts
@@ -116,12 +119,19 @@ def test_server_killed_during_a_level_fails_fast_and_stops_the_sweep(tmp_path):
         with httpx.Client(base_url=backend.base_url) as client:
             tokenizer = Tokenizer(client, session.engine, "gemma-3-270m")
             prompts = build_prompts(tokenizer, 6, 48, seed=1)
+        served_before = backend.logs().count("print_timing")
 
-        def kill_after_first(index, record):
-            if index == 0:
-                os.killpg(backend.pgid, signal.SIGKILL)
+        def kill_after_the_first_answer() -> None:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if backend.logs().count("print_timing") > served_before:
+                    os.killpg(backend.pgid, signal.SIGKILL)
+                    return
+                time.sleep(0.01)
 
+        killer = threading.Thread(target=kill_after_the_first_answer, daemon=True)
         t0 = time.monotonic()
+        killer.start()
         sweep = asyncio.run(
             run_sweep(
                 backend.base_url,
@@ -130,19 +140,20 @@ def test_server_killed_during_a_level_fails_fast_and_stops_the_sweep(tmp_path):
                 lambda c, repeat: prompts,
                 warmup=0,
                 level_timeout_s=60,
-                on_record=kill_after_first,
                 after_level=lambda c, runs: "next" if backend.alive() else "stop",
             )
         )
         elapsed = time.monotonic() - t0
+        killer.join()
     finally:
         session.stop_backend()
     assert elapsed < 10, f"took {elapsed:.1f}s to notice a dead server"
     records = sweep.levels[0].records
     assert records[0].ok
-    assert all(not r.ok for r in records[1:])
-    transport_errors = ("ConnectError", "ReadError", "RemoteProtocolError")
-    assert all(r.error.startswith(transport_errors) for r in records[1:]), [
+    assert not all(r.ok for r in records)
+    assert not any(r.ok for r in records[-3:])  # after the kill, every request fails
+    transport_errors = ("ConnectionRefusedError", "connection lost", "ConnectionClosed")
+    assert all(r.error.startswith(transport_errors) for r in records if not r.ok), [
         r.error for r in records
     ]
     assert sweep.not_run == [2]
