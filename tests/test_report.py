@@ -83,3 +83,14 @@ def test_table_marks_a_level_whose_harness_timing_error_is_above_the_bound():
     lines = render_table("sweep", Measurement(levels=[quiet, busy]), None).splitlines()
     assert lines[2].endswith("|    0.40")
     assert lines[3].endswith("|  12.30!")
+
+
+def test_number_arrays_go_on_one_line_but_strings_keep_their_text():
+    import json
+
+    from perfgate.report import one_line_number_arrays
+
+    data = {"gaps": [1, 20, -3, 1.5e-05], "why": "levels not run: [2, 4]", "nested": [[1, 2]]}
+    text = one_line_number_arrays(json.dumps(data, indent=1))
+    assert json.loads(text) == data
+    assert '"gaps": [1,20,-3,1.5e-05]' in text and '"levels not run: [2, 4]"' in text

@@ -60,7 +60,11 @@ class RunRecord(BaseModel):
         write_bytes_atomic(path, gzip.compress(self.text().encode(), mtime=0))
 
 
-_NUMBER_ARRAY = re.compile(r"\[(?:\s*-?[0-9][0-9.eE+-]*,)*\s*-?[0-9][0-9.eE+-]*\s*\]")
+# an indented, non-empty array of plain numbers: "[\n  1,\n  2\n ]" (a JSON string never
+# holds a raw newline, so text inside strings, such as "levels not run: [2, 4]", is safe)
+_NUMBER_ARRAY = re.compile(
+    r"\[\n(?:[ \t]*-?[0-9][0-9.eE+-]*,\n)*[ \t]*-?[0-9][0-9.eE+-]*\n[ \t]*\]"
+)
 
 
 def one_line_number_arrays(text: str) -> str:
