@@ -126,6 +126,8 @@ def test_server_killed_during_a_level_fails_fast_and_stops_the_sweep(tmp_path):
             while time.monotonic() < deadline:
                 if backend.logs().count("print_timing") > served_before:
                     os.killpg(backend.pgid, signal.SIGKILL)
+                    while backend.alive() and time.monotonic() < deadline:
+                        time.sleep(0.01)  # dead, not dying, when the level ends
                     return
                 time.sleep(0.01)
 
@@ -140,11 +142,12 @@ def test_server_killed_during_a_level_fails_fast_and_stops_the_sweep(tmp_path):
                 lambda c, repeat: prompts,
                 warmup=0,
                 level_timeout_s=60,
-                after_level=lambda c, runs: "next" if backend.alive() else "stop",
+                after_level=lambda c, runs: (killer.join(), "next" if backend.alive() else "stop")[
+                    1
+                ],
             )
         )
         elapsed = time.monotonic() - t0
-        killer.join()
     finally:
         session.stop_backend()
     assert elapsed < 10, f"took {elapsed:.1f}s to notice a dead server"
