@@ -41,18 +41,24 @@ def level_run(
     spec = None
     if accept is not None:
         spec = SpecStats(drafts=100, draft_tokens=400, accepted=400 * accept)
-    harness = None
-    if harness_lag_s is not None:
-        harness = HarnessStats(
-            loop_lag_p50_s=harness_lag_s / 4,
-            loop_lag_p99_s=harness_lag_s,
-            loop_lag_max_s=harness_lag_s * 2,
-            ticks=100,
-            cpu_s=0.1,
-            wall_s=latency,
-        )
+    harness = None if harness_lag_s is None else harness_stats(harness_lag_s * 1000)
     run = LevelRun(concurrency=c, records=records, start=0.0, end=latency, harness=harness)
     return LevelData.from_run(run, repeat, spec=spec)
+
+
+def harness_stats(lag_ms: float, cpu_share: float = 0.01, processes: int = 1) -> HarnessStats:
+    """The harness's own figures of a level run: loop lag p99 ``lag_ms`` (p50 half of it),
+    ``cpu_share`` of a core over 10 s, in ``processes`` client processes."""
+    lag = lag_ms / 1000
+    return HarnessStats(
+        loop_lag_p50_s=lag / 2,
+        loop_lag_p99_s=lag,
+        loop_lag_max_s=lag,
+        ticks=100,
+        cpu_s=cpu_share * 10,
+        wall_s=10,
+        processes=processes,
+    )
 
 
 def measurement(levels: dict[int, list[float]], **kwargs) -> Measurement:

@@ -168,20 +168,8 @@ def test_a_sweep_spreads_its_workers_over_client_processes_on_one_clock():
 
 
 def test_more_client_processes_only_once_one_could_not_keep_up():
-    from perfgate.client.monitor import HarnessStats
     from perfgate.load import client_processes
-
-    def stats(lag_ms, cpu_share, processes=1):
-        lag = lag_ms / 1000
-        return HarnessStats(
-            loop_lag_p50_s=lag / 2,
-            loop_lag_p99_s=lag,
-            loop_lag_max_s=lag,
-            ticks=100,
-            cpu_s=cpu_share * 10,
-            wall_s=10,
-            processes=processes,
-        )
+    from tests.synthetic import harness_stats as stats
 
     assert client_processes(1, stats(0.1, 0.3), limit=4) == 1  # keeping up
     assert client_processes(1, stats(0.1, 0.8), limit=4) == 2  # CPU near one core

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from perfgate.client.monitor import HarnessStats, LoopMonitor, timing_warning
+from perfgate.client.monitor import LoopMonitor, timing_warning
+from tests.synthetic import harness_stats as stats
 
 
 @pytest.mark.asyncio
@@ -28,19 +29,6 @@ async def test_a_quiet_loop_shows_little_lag():
     async with LoopMonitor() as monitor:
         await asyncio.sleep(0.1)
     assert monitor.stats().loop_lag_p50_s < 0.01  # a lower bound on honesty, not speed
-
-
-def stats(lag_ms: float, cpu_share: float, processes: int = 1) -> HarnessStats:
-    lag = lag_ms / 1000
-    return HarnessStats(
-        loop_lag_p50_s=lag / 2,
-        loop_lag_p99_s=lag,
-        loop_lag_max_s=lag,
-        ticks=100,
-        cpu_s=cpu_share * 10,
-        wall_s=10,
-        processes=processes,
-    )
 
 
 def test_the_warning_names_the_levels_and_the_likely_reason():

@@ -66,20 +66,10 @@ def test_run_json_roundtrip_recomputes_the_same_metrics(tmp_path):
 
 
 def test_table_marks_a_level_whose_harness_timing_error_is_above_the_bound():
-    from perfgate.client.monitor import HarnessStats
-
-    def stats(lag):
-        return HarnessStats(
-            loop_lag_p50_s=lag / 2,
-            loop_lag_p99_s=lag,
-            loop_lag_max_s=lag,
-            ticks=9,
-            cpu_s=1,
-            wall_s=2,
-        )
+    from tests.synthetic import harness_stats
 
     quiet, busy = level(1), level(2)
-    quiet.harness, busy.harness = stats(0.0004), stats(0.0123)
+    quiet.harness, busy.harness = harness_stats(0.4), harness_stats(12.3)
     lines = render_table("sweep", Measurement(levels=[quiet, busy]), None).splitlines()
     assert lines[2].endswith("|    0.40")
     assert lines[3].endswith("|  12.30!")
