@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from pydantic import BaseModel, Field
+
 from perfgate.baseline import Check
 from perfgate.engines import Fact, Facts
 from perfgate.metrics import Measurement
@@ -131,6 +133,36 @@ class FactChange:
         return f"{self.key}: {_show(self.key, self.old)} → {_show(self.key, self.new)}"
 
 
+class DiagnosisRecord(BaseModel):
+    """A diagnosis as text, kept in the run JSON: ranked causes, the facts that differ
+    from the baseline's (``key: old → new``), and the server's matching log lines."""
+
+    causes: list[str] = Field(default_factory=list)
+    changes: list[str] = Field(default_factory=list)
+    log_lines: list[str] = Field(default_factory=list)
+    grep: str = ""
+    baseline_has_facts: bool = True
+
+    def lines(self) -> list[str]:
+        """The diagnosis as message lines (empty when there is nothing to say)."""
+        out: list[str] = []
+        if self.causes:
+            out.append("likely causes, most likely first:")
+            out += [f"  {i}. {text}" for i, text in enumerate(self.causes, 1)]
+        if self.changes:
+            out.append("facts that differ from the baseline:")
+            out += [f"  {change}" for change in self.changes]
+        elif not self.baseline_has_facts:
+            out.append(
+                "the baseline has no recorded facts to compare with; record it again "
+                "(--update-baselines) to get a configuration diff"
+            )
+        if self.log_lines:
+            out.append(f"server log lines matching {self.grep}:")
+            out += [f"  {line}" for line in self.log_lines]
+        return out
+
+
 @dataclass
 class Diagnosis:
     """Ranked causes, differing facts and matching log lines for a failure message."""
@@ -141,24 +173,19 @@ class Diagnosis:
     grep: str = ""
     baseline_has_facts: bool = True
 
+    def record(self) -> DiagnosisRecord:
+        """The diagnosis as text, for the run JSON and every report."""
+        return DiagnosisRecord(
+            causes=[c.text for c in self.causes],
+            changes=[c.describe() for c in self.changes],
+            log_lines=list(self.log_lines),
+            grep=self.grep,
+            baseline_has_facts=self.baseline_has_facts,
+        )
+
     def lines(self) -> list[str]:
         """The diagnosis as message lines (empty when there is nothing to say)."""
-        out: list[str] = []
-        if self.causes:
-            out.append("likely causes, most likely first:")
-            out += [f"  {i}. {c.text}" for i, c in enumerate(self.causes, 1)]
-        if self.changes:
-            out.append("facts that differ from the baseline:")
-            out += [f"  {c.describe()}" for c in self.changes]
-        elif not self.baseline_has_facts:
-            out.append(
-                "the baseline has no recorded facts to compare with; record it again "
-                "(--update-baselines) to get a configuration diff"
-            )
-        if self.log_lines:
-            out.append(f"server log lines matching {self.grep}:")
-            out += [f"  {line}" for line in self.log_lines]
-        return out
+        return self.record().lines()
 
 
 def _show(key: str, fact: Fact | None) -> str:

@@ -355,9 +355,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     summary = _summary_lines(perf)
     for colour, line in summary:
         terminalreporter.write_line(line, **{colour: True})
-    failed = [c for c in perf.run.checks if c.failed]
-    if failed or any(m.aborted for m in perf.run.measurements.values()):
-        for line in perf.diagnosis(failed).lines():
+    if perf.run.diagnosis is not None:
+        for line in perf.run.diagnosis.lines():
             terminalreporter.write_line(line, yellow=True)
     if perf.hardware_key:
         tier = perf.tier_note()

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from perfgate.baseline import Baseline, Check, write_bytes_atomic, write_json_atomic
+from perfgate.diagnose import DiagnosisRecord
 from perfgate.engines import Fact
 from perfgate.errors import PerfgateError
 from perfgate.figures import FIGURES, figure_key
@@ -19,6 +20,17 @@ from perfgate.metrics import LevelData, Measurement
 from perfgate.stats import median
 
 RUN_SCHEMA_VERSION = 2  # 2: token times as integer microsecond gaps
+
+
+class BaselineRef(BaseModel):
+    """Which baseline gated a run, and where its own recorded run lies."""
+
+    hardware_key: str
+    tier: str = Field(description="exact, any (hardware-independent targets) or none.")
+    path: str = Field(description="The baseline file, relative to the project root.")
+    run_json: str | None = Field(
+        None, description="The run the baseline was recorded from (.run.json.gz), if kept."
+    )
 
 
 class RunRecord(BaseModel):
@@ -44,6 +56,16 @@ class RunRecord(BaseModel):
     notes: list[str] = Field(default_factory=list)
     code_sandbox: str | None = Field(
         None, description="How the model's generated code was contained, when it ran."
+    )
+    baseline: BaselineRef | None = Field(None, description="The baseline that gated this run.")
+    warnings: list[str] = Field(
+        default_factory=list, description="What perfgate could not do as usual."
+    )
+    correctness_failures: list[str] = Field(
+        default_factory=list, description="Correctness tests that failed (pytest node ids)."
+    )
+    diagnosis: DiagnosisRecord | None = Field(
+        None, description="Why figures failed (set when some did, or the sweep aborted)."
     )
 
     def write(self, path: Path) -> None:

@@ -47,7 +47,7 @@ from perfgate.load import Decision, LevelRun, RoundRunner, plain_rounds, run_swe
 from perfgate.metrics import LevelData, Measurement
 from perfgate.observe import SpecWindow, read_facts, rejected_extras, short_outputs
 from perfgate.profile import Profile
-from perfgate.report import RunRecord, git_commit, render_table
+from perfgate.report import BaselineRef, RunRecord, git_commit, render_table
 from perfgate.twin import twin_greedy
 from perfgate.workers import RequestPlan, SequentialClient
 from perfgate.workload import (
@@ -119,8 +119,6 @@ class PerfgateSession:
         self._word_costs: WordCosts | None = None  # prompt words' token costs, counted once
         self._twin_result: Greedy | str | None = None  # the twin's outputs, or why none
         self.backend_error: BackendError | None = None
-        self.warnings: list[str] = []  # what perfgate could not do as usual
-        self.correctness_failures: list[str] = []
         self.unusable: list[str] = []  # correctness failures that make perf meaningless
         self.perf_selected = False  # whether this session runs perf tests (set by the plugin)
         self.nonce = self.owner if base_url else ""  # attached servers may cache prompts
@@ -134,6 +132,8 @@ class PerfgateSession:
             git_commit=git_commit(root),
             hardware=self.hardware,
         )
+        self.warnings = self.run.warnings  # what perfgate could not do as usual
+        self.correctness_failures = self.run.correctness_failures
 
     # -- settings ----------------------------------------------------------------------
     @property
@@ -191,6 +191,16 @@ class PerfgateSession:
         self.baseline_path = baseline_path(self.baselines_dir, self.profile.name, key)
         self.golden = load_golden(golden_path(self.baseline_path))
         self.run.notes.append(self.tier_note())
+        kept = self.baseline.provenance.get("run_json") if self.baseline else None
+        gating = self.baseline_path
+        if self.baseline_tier == "any":
+            gating = baseline_path(self.baselines_dir, self.profile.name, ANY_HARDWARE)
+        self.run.baseline = BaselineRef(
+            hardware_key=key,
+            tier=self.baseline_tier,
+            path=self._relative(gating),
+            run_json=str(kept) if kept and self.baseline_tier == "exact" else None,
+        )
 
     def tier_note(self) -> str:
         """Which baseline gates this run, and how to get an exact one."""
@@ -676,8 +686,12 @@ class PerfgateSession:
             return str(path)
 
     def finish(self, status: str) -> None:
-        """Final status (and the last facts) into the run JSON."""
+        """Final status, the last facts and (when figures failed or a sweep stopped
+        early) the diagnosis into the run JSON."""
         if self.backend is not None:
             self.collect_facts()
+        failed = [c for c in self.run.checks if c.failed]
+        if failed or any(m.aborted for m in self.run.measurements.values()):
+            self.run.diagnosis = self.diagnosis(failed).record()
         self.run.status = status
         self.save_run()
