@@ -22,20 +22,24 @@ minus the server's write) is perfgate's error. Per level it reports:
     python benchmarks/harness_fidelity.py -c 64 --itl-ms 20   # one level
     python benchmarks/harness_fidelity.py --processes 2       # load over 2 client processes
     python benchmarks/harness_fidelity.py --client httpx      # the httpx client, to compare
+    python benchmarks/harness_fidelity.py --progress          # with the live terminal display
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import itertools
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from perfgate.client import RequestRecord, encode_body, request_body
 from perfgate.client.monitor import HarnessStats
 from perfgate.client.transport import pooled_client
-from perfgate.load import LevelRun, run_level, run_sweep
+from perfgate.live import ProgressView, Task
+from perfgate.load import LevelRun, Tally, run_level, run_sweep
 from perfgate.sim import SimConfig, SimProcess, SimRecord
 from perfgate.workers import HttpxWorkers, RequestPlan
 from perfgate.workload import Prompt
@@ -66,6 +70,7 @@ def measure(
     input_words: int,
     waves: int,
     client: str,
+    progress: bool = False,
 ) -> str:
     """One level on a fresh simulator; perfgate's own sweep code (``processes`` > 1: its
     :class:`perfgate.load.ShardPool`), or the httpx workers for comparison."""
@@ -85,14 +90,31 @@ def measure(
                     warmup=0,
                     level_timeout_s=600,
                     processes=processes,
+                    on_progress=_terminal_display() if progress else None,
                 )
             )
             run = sweep.levels[0]
+            client += "+progress" if progress else ""
         truth = {t.tag: t for t in sim.records() if t.tag}
     pairs = [(r, truth[f"r{r.index}"]) for r in run.records if f"r{r.index}" in truth]
     assert run.harness is not None
     unpaired = len(run.records) - len(pairs)
     return _row(concurrency, itl_ms, run.harness.processes, pairs, run.harness, unpaired, client)
+
+
+def _terminal_display() -> Callable[[Tally], None]:
+    """What a perf run in a terminal draws while a level runs (to memory here): the
+    redraws cost what they cost on a screen."""
+    view = ProgressView(lambda _: None, "terminal", file=io.StringIO(), width=160)
+    tasks: dict[str, Task] = {}
+
+    def show(tally: Tally) -> None:
+        label = f"C={tally.concurrency} {tally.phase}"
+        if label not in tasks:
+            tasks[label] = view.task(label, tally.total)
+        tasks[label].update(tally.done, tally.failed, "≈1000 tok/s")
+
+    return show
 
 
 async def _httpx_level(
@@ -163,6 +185,9 @@ def main() -> None:
     parser.add_argument(
         "--client", choices=["wire", "httpx"], default="wire", help="wire: what perf runs use"
     )
+    parser.add_argument(
+        "--progress", action="store_true", help="draw the live terminal display meanwhile"
+    )
     args = parser.parse_args()
     levels = [(args.concurrency, args.itl_ms)] if args.concurrency else DEFAULT_LEVELS
     print(f"{args.output_len} tokens out, {args.input_words}-word prompts, TTFT 100 ms")
@@ -176,6 +201,7 @@ def main() -> None:
             args.input_words,
             args.waves,
             args.client,
+            args.progress,
         )
         print(row, flush=True)
 

@@ -45,9 +45,11 @@ def profile_toml(
     return path
 
 
-def run_pytest(*args: str, timeout: float = 600, **popen: object) -> subprocess.CompletedProcess:
-    """Run pytest in the project root as a user would."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def run_pytest(
+    *args: str, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run pytest in the project root as a user would (``env``: more variables)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "pytest", *args],
         cwd=ROOT,

@@ -122,8 +122,8 @@ class Check(BaseModel):
 
     @property
     def failed(self) -> bool:
-        """Whether this check fails the build (regressed, untrusted, or missing)."""
-        return self.verdict in ("regressed", "untrusted", "missing")
+        """Whether this check fails the build (regressed, untrusted, missing, or creep)."""
+        return self.verdict in ("regressed", "untrusted", "missing", "creep")
 
     def message(self) -> str:
         """One line naming figure, measured (with interval), baseline, limit and Δ%."""
@@ -136,11 +136,14 @@ class Check(BaseModel):
             return f"{self.key}: {measured} (no baseline figure)"
         better = "higher" if self.direction == "higher" else "lower"
         bound = "min" if self.direction == "higher" else "max"
-        return (
+        head = (
             f"{self.key}: {measured}, baseline {self.baseline:.4g}{unit} "
             f"(tolerance {self.tolerance:.1%}, {better} is better, {bound} {self.limit:.4g}), "
-            f"Δ {self.delta_pct:+.1f}% → {self.verdict.upper()} ({self.why})"
+            f"Δ {self.delta_pct:+.1f}%"
         )
+        if self.verdict == "creep":
+            return f"{head} → CREEP: within its tolerance this run, but {self.why}"
+        return f"{head} → {self.verdict.upper()} ({self.why})"
 
 
 def missing(key: str, why: str, expectation: Expectation | None) -> Check:

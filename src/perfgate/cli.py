@@ -12,8 +12,17 @@ from perfgate.diagnose import diagnose
 from perfgate.errors import PerfgateError
 from perfgate.figures import run_values
 from perfgate.gate import GatePolicy
+from perfgate.history import (
+    DEFAULT_HISTORY_DIR,
+    history_path,
+    load_history,
+    plot_history,
+    render_history,
+    select_keys,
+)
 from perfgate.profile import available_profiles, load_profile
-from perfgate.report import RunRecord, load_run, render_table
+from perfgate.report import RunRecord, csv_text, load_run, render_table
+from perfgate.summary import markdown_summary
 
 
 def _profiles(args: argparse.Namespace) -> int:
@@ -121,6 +130,19 @@ def _print_fact_diff(old: RunRecord, new: RunRecord, failed: list[Check]) -> Non
 
 def _report(args: argparse.Namespace) -> int:
     run = load_run(Path(args.run_json))
+    if args.csv is not None:
+        text = csv_text(run)
+        if args.csv == "-":
+            sys.stdout.write(text)
+        else:
+            Path(args.csv).write_text(text)
+            print(f"CSV written to {args.csv}")
+        return 0
+    if args.markdown:
+        sys.stdout.write(
+            markdown_summary(run, run_json=args.run_json, artifact_url=args.artifact_url)
+        )
+        return 0
     print(
         f"{args.run_json}: profile {run.profile.get('name')}, {run.engine} "
         f"{run.engine_version}, status {run.status}"
@@ -129,6 +151,62 @@ def _report(args: argparse.Namespace) -> int:
         records = sum(len(lv.records) for lv in measurement.levels)
         print(f"[{name}] (metrics recomputed from {records} raw records)")
         print(render_table(name, measurement.recomputed(), None))
+    return 0
+
+
+def _history(args: argparse.Namespace) -> int:
+    path = history_path(Path(args.history_dir), args.profile)
+    entries = load_history(path)
+    if not entries:
+        print(
+            f"no history for {args.profile}: nothing in {path}. Each finished "
+            f"`pytest -m perf --profile {args.profile}` run appends its figures there "
+            "(keep the directory between CI jobs: cache or commit it)."
+        )
+        return 1
+    hardware = args.hardware or entries[-1].hardware_key
+    runs = [e for e in entries if e.hardware_key == hardware]
+    others = sorted({str(e.hardware_key) for e in entries if e.hardware_key != hardware})
+    if not runs:
+        print(f"no run of {args.profile} on {hardware} in {path}; it has: {', '.join(others)}")
+        return 1
+    keys = select_keys(runs, args.figure) if args.figure else None
+    also = f"; also in it: {', '.join(others)} (pick with --hardware)" if others else ""
+    print(f"{path}: {args.profile} on {hardware}, {len(runs)} runs{also}")
+    print(render_history(runs, keys))
+    if args.plot:
+        margin = None
+        try:
+            gate = load_profile(args.profile, Path(args.profiles_dir)).gate
+            margin = gate.creep_margin if gate.creep_runs else None
+        except PerfgateError:
+            pass  # the history stands without its profile; the plot just has no margin
+        out = plot_history(runs, Path(args.plot), keys, margin=margin)
+        print(f"plot written to {out}")
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from perfgate.plots import load_baseline_run, render_run_plots, run_failed, run_stem
+
+    path = Path(args.run_json)
+    run = load_run(path)
+    out = Path(args.out) if args.out else path.parent
+    baseline_run = None
+    if args.baseline_run:
+        baseline_run = load_run(Path(args.baseline_run))
+    elif run_failed(run):
+        baseline_run = load_baseline_run(run, Path(args.root))
+        if baseline_run is None:
+            kept = run.baseline.run_json if run.baseline else None
+            print(
+                "no vs-baseline plot: "
+                + (f"{kept} not found under {args.root}" if kept else "the run names no kept run")
+                + " (give one with --baseline-run)",
+                file=sys.stderr,
+            )
+    for written in render_run_plots(run, out, run_stem(path), baseline_run=baseline_run):
+        print(written)
     return 0
 
 
@@ -160,7 +238,55 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_compare)
     r = sub.add_parser("report", help="print the tables of a run JSON, recomputed from its records")
     r.add_argument("run_json")
+    r.add_argument(
+        "--csv",
+        nargs="?",
+        const="-",
+        metavar="PATH",
+        help="the tables as CSV instead (one row per level; to PATH, or stdout without one)",
+    )
+    r.add_argument(
+        "--markdown",
+        action="store_true",
+        help="the Markdown summary instead (as written to $GITHUB_STEP_SUMMARY)",
+    )
+    r.add_argument("--artifact-url", help="with --markdown: link where CI uploaded the files")
     r.set_defaults(func=_report)
+    pl = sub.add_parser(
+        "plot",
+        help="write PNG plots of a run JSON (throughput, latency, latency distribution; "
+        "a failed run also against its baseline's recorded run)",
+    )
+    pl.add_argument("run_json")
+    pl.add_argument("--out", default=None, help="directory for the PNGs (default: the run's)")
+    pl.add_argument(
+        "--baseline-run",
+        default=None,
+        help="a run JSON to plot this run against (default, for a failed run: the run its "
+        "baseline was recorded from)",
+    )
+    pl.add_argument(
+        "--root", default=".", help="project root the run's baseline paths are relative to"
+    )
+    pl.set_defaults(func=_plot)
+    h = sub.add_parser("history", help="print (and plot) a profile's figures over its runs")
+    h.add_argument("profile")
+    h.add_argument(
+        "--history-dir",
+        default=str(DEFAULT_HISTORY_DIR),
+        help="where the run history lives (default %(default)s)",
+    )
+    h.add_argument(
+        "--figure",
+        action="extend",
+        nargs="+",
+        metavar="KEY",
+        help="figures to show: keys or globs, e.g. 'sweep.*.agg_tok_s' (default: all)",
+    )
+    h.add_argument("--hardware", help="hardware key to show (default: the latest run's)")
+    h.add_argument("--plot", metavar="OUT.png", help="also write a PNG of the trends")
+    h.add_argument("--profiles-dir", default="profiles", help="to read the profile's creep margin")
+    h.set_defaults(func=_history)
     return parser
 
 

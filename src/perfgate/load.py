@@ -24,7 +24,7 @@ import gc
 import multiprocessing
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -39,6 +39,62 @@ from perfgate.workload import Prompt
 OnRecord = Callable[[int, RequestRecord], None]
 Decision = Literal["next", "repeat", "stop"]
 AfterLevel = Callable[[int, list["LevelRun"]], Decision]
+Phase = Literal["warmup", "measure"]
+PROGRESS_EVERY_S = 1.0  # how often a level's progress is shown while it runs
+
+
+class Tally:
+    """Requests of a level's phase finished so far, for a progress display: workers add
+    to it (two integer additions a request); a display reads it on its own schedule."""
+
+    def __init__(self, concurrency: int, counts: MutableSequence[int] | None = None) -> None:
+        self.concurrency = concurrency
+        self.phase: Phase = "warmup"
+        self.total = 0
+        self.started = time.perf_counter()
+        # done, failed; a client process's are in memory shared with the main process
+        self._counts = counts if counts is not None else [0, 0]
+
+    def begin(self, phase: Phase, total: int) -> None:
+        """A new phase of ``total`` requests starts now."""
+        self.phase, self.total, self.started = phase, total, time.perf_counter()
+        self._counts[0] = self._counts[1] = 0
+
+    def add(self, failed: bool) -> None:
+        """One request finished."""
+        counts = self._counts
+        counts[0] += 1
+        counts[1] += failed
+
+    @property
+    def done(self) -> int:
+        """Requests of this phase finished (failed ones included)."""
+        return self._counts[0]
+
+    @property
+    def failed(self) -> int:
+        """Requests of this phase that failed (a transport error or an HTTP error)."""
+        return self._counts[1]
+
+
+class PooledTally(Tally):
+    """The main process's view of a level spread over client processes: the sum of
+    their tallies."""
+
+    def __init__(self, concurrency: int, shards: Sequence[MutableSequence[int]]) -> None:
+        super().__init__(concurrency)
+        self._shards = shards
+
+    @property
+    def done(self) -> int:
+        return sum(counts[0] for counts in self._shards)
+
+    @property
+    def failed(self) -> int:
+        return sum(counts[1] for counts in self._shards)
+
+
+OnProgress = Callable[[Tally], None]
 
 
 @dataclass
@@ -98,11 +154,14 @@ async def _run_requests(
     concurrency: int,
     deadline: float,
     clock: Callable[[], float],
+    tally: Tally | None = None,
 ) -> tuple[list[RequestRecord | Unparsed], bool]:
-    """The requests, closed-loop; their records still to be parsed (:func:`_completed`)."""
+    """The requests, closed-loop; their records still to be parsed (:func:`_completed`).
+    Each finished request is counted in ``tally``."""
     sent: list[RequestRecord | Unparsed | None] = [None] * len(bodies)
     next_index = 0
     deadline_hit = False
+    add = tally.add if tally is not None else None
 
     async def worker(k: int) -> None:
         nonlocal next_index, deadline_hit
@@ -117,7 +176,11 @@ async def _run_requests(
                 )
                 continue
             timeout = min(plan.request_timeout_s, remaining)
-            sent[i] = await workers.send(k, bodies[i], index=i, plan=plan, timeout_s=timeout)
+            result = await workers.send(k, bodies[i], index=i, plan=plan, timeout_s=timeout)
+            sent[i] = result
+            if add is not None:
+                head = result.record if isinstance(result, Unparsed) else result
+                add(head.error is not None or (head.status or 0) >= 400)
 
     await asyncio.gather(*(worker(k) for k in range(min(concurrency, len(bodies)))))
     return [r for r in sent if r is not None], deadline_hit
@@ -134,6 +197,32 @@ def _completed(
     return records
 
 
+@contextlib.asynccontextmanager
+async def progress_shown(
+    tally: Tally, on_progress: OnProgress | None, every_s: float = PROGRESS_EVERY_S
+) -> AsyncIterator[None]:
+    """Call ``on_progress(tally)`` as the block starts (a display's costly first draw
+    comes before any request is sent) and then every ``every_s`` while it runs (nothing
+    when ``on_progress`` is None)."""
+    if on_progress is None:
+        yield
+        return
+    on_progress(tally)
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            on_progress(tally)
+
+    task = asyncio.create_task(tick())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 async def run_level(
     workers: Workers,
     plan: RequestPlan,
@@ -145,22 +234,28 @@ async def run_level(
     clock: Callable[[], float] = time.perf_counter,
     on_record: OnRecord | None = None,
     on_measure_start: Callable[[], None] | None = None,
+    on_progress: OnProgress | None = None,
 ) -> LevelRun:
     """Run ``warmup`` unmeasured requests, then the rest of ``prompts`` at ``concurrency``.
-    ``on_measure_start`` runs between the two (e.g. to read server counters)."""
+    ``on_measure_start`` runs between the two (e.g. to read server counters);
+    ``on_progress`` gets the requests finished so far, every :data:`PROGRESS_EVERY_S`."""
     deadline = clock() + level_timeout_s
     bodies = [plan.body(p.text) for p in prompts]
     warm, measured = bodies[:warmup], bodies[warmup:]
-    warm_sent, _ = await _run_requests(workers, plan, warm, concurrency, deadline, clock)
+    tally = Tally(concurrency)
+    tally.begin("warmup", len(warm))
+    async with progress_shown(tally, on_progress):
+        warm_sent, _ = await _run_requests(workers, plan, warm, concurrency, deadline, clock, tally)
     warmup_records = _completed(warm_sent, plan)
     if on_measure_start is not None:
         on_measure_start()
     await workers.open(min(concurrency, len(measured)))
+    tally.begin("measure", len(measured))
     with collector_paused():
-        async with LoopMonitor(clock=clock) as monitor:
+        async with progress_shown(tally, on_progress), LoopMonitor(clock=clock) as monitor:
             start = clock()
             sent, deadline_hit = await _run_requests(
-                workers, plan, measured, concurrency, deadline, clock
+                workers, plan, measured, concurrency, deadline, clock, tally
             )
     records = _completed(sent, plan, on_record)
     end = max((r.end for r in records), default=start)
@@ -201,17 +296,20 @@ class ShardPool:
         self.base_url = base_url
         self._context = multiprocessing.get_context("spawn")
         self._shards: list[tuple[BaseProcess, Connection]] = []
+        self._counts: list[MutableSequence[int]] = []  # each shard's tally (done, failed)
 
     def ensure(self, count: int) -> None:
         """Have at least ``count`` shard processes running."""
         while len(self._shards) < count:
             parent, child = self._context.Pipe()
+            counts = self._context.RawArray("q", 2)
             process = self._context.Process(
-                target=_shard_main, args=(child, self.base_url), daemon=True
+                target=_shard_main, args=(child, self.base_url, counts), daemon=True
             )
             process.start()
             child.close()
             self._shards.append((process, parent))
+            self._counts.append(counts)
 
     async def run_level(
         self,
@@ -224,6 +322,7 @@ class ShardPool:
         level_timeout_s: float,
         on_record: OnRecord | None = None,
         on_measure_start: Callable[[], None] | None = None,
+        on_progress: OnProgress | None = None,
     ) -> LevelRun:
         """:func:`run_level` with its workers spread over ``shards`` processes (each gets
         every n-th request); the same barriers: all warmups end, then counters are read,
@@ -231,22 +330,27 @@ class ShardPool:
         shards = max(1, min(shards, concurrency))
         self.ensure(shards)
         used = self._shards[:shards]
+        tally = PooledTally(concurrency, self._counts[:shards])
         bodies = [plan.body(p.text) for p in prompts]
         warm, measured = bodies[:warmup], bodies[warmup:]
         deadline = time.perf_counter() + level_timeout_s
         for k, (_, pipe) in enumerate(used):
             share = concurrency // shards + (k < concurrency % shards)
             pipe.send((plan, _share(warm, k, shards), _share(measured, k, shards), share, deadline))
-        await _all(used, "warm")
+        tally.begin("warmup", len(warm))
+        async with progress_shown(tally, on_progress):
+            await _all(used, "warm")
         if on_measure_start is not None:
             on_measure_start()
         for _, pipe in used:
             pipe.send("open")
         await _all(used, "open")
+        tally.begin("measure", len(measured))
         start = time.perf_counter()
         for _, pipe in used:
             pipe.send("go")
-        results = await _all(used, None)
+        async with progress_shown(tally, on_progress):
+            results = await _all(used, None)
         records: list[RequestRecord] = []
         warmup_records: list[RequestRecord] = []
         for k, (warm_k, records_k, _, _) in enumerate(results):
@@ -301,31 +405,35 @@ async def _all(shards: list[tuple[BaseProcess, Connection]], expect: str | None)
     return await asyncio.gather(*(one(p, c) for p, c in shards))
 
 
-def _shard_main(pipe: Connection, base_url: str) -> None:
-    """A shard process: run level shares as the main process sends them."""
+def _shard_main(pipe: Connection, base_url: str, counts: MutableSequence[int]) -> None:
+    """A shard process: run level shares as the main process sends them, counting
+    finished requests in ``counts`` (shared with the main process)."""
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_shard_loop(pipe, base_url))
+        asyncio.run(_shard_loop(pipe, base_url, counts))
 
 
-async def _shard_loop(pipe: Connection, base_url: str) -> None:
+async def _shard_loop(pipe: Connection, base_url: str, counts: MutableSequence[int]) -> None:
     clock = time.perf_counter
     async with WireWorkers(base_url) as workers:
         while (job := await asyncio.to_thread(pipe.recv)) is not None:
             try:
                 plan, warm, measured, concurrency, deadline = job
+                tally = Tally(concurrency, counts)
+                tally.begin("warmup", len(warm))
                 warm_sent, _ = await _run_requests(
-                    workers, plan, warm, concurrency, deadline, clock
+                    workers, plan, warm, concurrency, deadline, clock, tally
                 )
                 warm_records = _completed(warm_sent, plan)
                 pipe.send("warm")
                 await asyncio.to_thread(pipe.recv)  # "open"
                 await workers.open(min(concurrency, len(measured)))
+                tally.begin("measure", len(measured))
                 pipe.send("open")
                 await asyncio.to_thread(pipe.recv)  # "go"
                 with collector_paused():
                     async with LoopMonitor(clock=clock) as monitor:
                         sent, hit = await _run_requests(
-                            workers, plan, measured, concurrency, deadline, clock
+                            workers, plan, measured, concurrency, deadline, clock, tally
                         )
                 pipe.send((warm_records, _completed(sent, plan), monitor.stats(), hit))
             except Exception as exc:  # the main process raises it
@@ -344,6 +452,7 @@ async def run_sweep(
     on_record: OnRecord | None = None,
     on_level: Callable[[LevelRun, int], None] | None = None,
     on_measure_start: Callable[[], None] | None = None,
+    on_progress: OnProgress | None = None,
     processes: int | Literal["auto"] = "auto",
 ) -> SweepRun:
     """Run levels in order, each worker on its own connection for the whole sweep.
@@ -370,6 +479,7 @@ async def run_sweep(
                         "level_timeout_s": level_timeout_s,
                         "on_record": on_record,
                         "on_measure_start": on_measure_start,
+                        "on_progress": on_progress,
                     }
                     if current > 1 and concurrency > 1:
                         level = await pool.run_level(plan, prompts, shards=current, **common)

@@ -6,14 +6,16 @@ Thin by design: the work happens in :mod:`perfgate.session`.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from pathlib import Path
 from types import FrameType
 
 import pytest
 
 from perfgate.errors import PerfgateError
+from perfgate.live import Mode, ProgressView
 from perfgate.profile import DEFAULT_PROFILE, load_profile
 from perfgate.session import GateOptions, PerfgateSession
 
@@ -106,6 +108,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="with --update-baselines: record golden greedy outputs that changed (their diff "
         "is printed); without it, changed answers fail the run and nothing is recorded",
     )
+    group.addoption(
+        "--perf-summary",
+        dest="perfgate_summary",
+        default=None,
+        metavar="PATH",
+        help="append the run's Markdown summary to PATH (it also goes to $GITHUB_STEP_SUMMARY "
+        "when that is set)",
+    )
+    group.addoption(
+        "--perf-history",
+        dest="perfgate_history",
+        default=None,
+        metavar="DIR",
+        help="the history directory: each gated run appends its figures to "
+        "DIR/<profile>.jsonl, which the slow-creep rule reads (default: <--perf-output>/history)",
+    )
+    group.addoption(
+        "--perf-no-plots",
+        dest="perfgate_no_plots",
+        action="store_true",
+        default=False,
+        help="write no PNG plots next to the run JSON (default: plots when matplotlib is "
+        "installed: pip install 'perfgate[plots]')",
+    )
     parser.addini(
         "perfgate_allow_no_baseline",
         "skip instead of failing where no baseline applies",
@@ -117,18 +143,38 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("perfgate_baselines_dir", "baselines directory", default="baselines")
 
 
-def _progress(config: pytest.Config) -> Callable[[str], None]:
+def _progress(config: pytest.Config) -> ProgressView:
+    """Progress on pytest's terminal: live in a terminal, plain lines in a log, nothing
+    under ``-q``; always with pytest's output capture suspended."""
+
+    def screen() -> contextlib.AbstractContextManager[object]:
+        capture = config.pluginmanager.get_plugin("capturemanager")
+        return capture.global_and_fixture_disabled() if capture else contextlib.nullcontext()
+
     def write(message: str) -> None:
         reporter = config.pluginmanager.get_plugin("terminalreporter")
-        capture = config.pluginmanager.get_plugin("capturemanager")
         if reporter is None:
             print(message)
             return
-        ctx = capture.global_and_fixture_disabled() if capture else contextlib.nullcontext()
-        with ctx:
+        with screen():
             reporter.write_line(message)
 
-    return write
+    return ProgressView(write, _display_mode(config), screen=screen)
+
+
+def _display_mode(config: pytest.Config) -> Mode:
+    """quiet under -q; terminal where pytest writes to one; else plain lines."""
+    if config.get_verbosity() < 0:
+        return "quiet"
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    return "terminal" if reporter is not None and reporter.isatty else "plain"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The terminal reporter exists now (not yet when this plugin was configured)."""
+    perf = session.config.stash.get(SESSION_KEY, None)
+    if perf is not None:
+        perf.view.mode = _display_mode(session.config)
 
 
 def _gate_options(config: pytest.Config) -> GateOptions:
@@ -210,6 +256,7 @@ def pytest_configure(config: pytest.Config) -> None:
             update_baselines=config.getoption("perfgate_update"),
             options=_gate_options(config),
             progress=_progress(config),
+            history_dir=Path(h) if (h := config.getoption("perfgate_history")) else None,
         )
     except PerfgateError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from exc
@@ -277,15 +324,24 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     lines = session.config.stash[SUMMARY_KEY]
     status = {0: "passed", 2: "interrupted"}.get(int(exitstatus), "failed")
     if perf.perf_selected and not perf.update_baselines and perf.baseline is not None:
-        verdicts = perf.verdicts()  # every baseline figure, deselected tests' included
-        perf.run.checks = verdicts.checks
-        if verdicts.failed and status == "passed":
-            status = "failed"
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        perf.run.checks = perf.verdicts().checks  # every baseline figure, deselected included
+    perf.apply_creep_rule()  # may turn passing figures to CREEP
+    if any(c.failed for c in perf.run.checks) and status == "passed":
+        status = "failed"
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     perf.finish(status)
     if perf.update_baselines:
         lines.extend(perf.record_baseline())
     lines.append(f"perfgate: run JSON written to {perf.run_path}")
+    lines.extend(perf.append_history())
+    summaries = [Path(p) for p in (session.config.getoption("perfgate_summary"),) if p]
+    if github := os.environ.get("GITHUB_STEP_SUMMARY"):
+        summaries.append(Path(github))
+    lines.extend(
+        perf.write_reports(
+            summary_paths=summaries, plots=not session.config.getoption("perfgate_no_plots")
+        )
+    )
 
 
 def _summary_lines(perf: PerfgateSession) -> list[tuple[str, str]]:
@@ -296,9 +352,11 @@ def _summary_lines(perf: PerfgateSession) -> list[tuple[str, str]]:
     missing = [c for c in checks if c.verdict == "missing"]
     regressed = [c for c in checks if c.verdict == "regressed"]
     untrusted = [c for c in checks if c.verdict == "untrusted"]
+    creep = [c for c in checks if c.verdict == "creep"]
     for title, found in (
         ("REGRESSIONS", regressed),
         ("UNTRUSTED: the harness's timing error could flip the verdict", untrusted),
+        ("CREEP: worse than the baseline run after run", creep),
         ("MISSING", missing),
     ):
         if found:
@@ -309,7 +367,7 @@ def _summary_lines(perf: PerfgateSession) -> list[tuple[str, str]]:
     if not_run:
         out.append(("red", f"levels not run: {not_run}"))
     complete = perf.run.status == "passed" and not missing and not not_run
-    if judged and complete and not regressed and not untrusted:
+    if judged and complete and not any(c.failed for c in checks):
         out.append(
             (
                 "green",
@@ -324,7 +382,8 @@ def _summary_lines(perf: PerfgateSession) -> list[tuple[str, str]]:
                 "yellow",
                 f"run {perf.run.status}: {len(judged)} of {total} baseline figures judged, "
                 f"{len(regressed)} regressed, {len(missing)} missing"
-                + (f", {len(untrusted)} untrusted" if untrusted else ""),
+                + (f", {len(untrusted)} untrusted" if untrusted else "")
+                + (f", {len(creep)} creeping" if creep else ""),
             )
         )
     for check in checks if perf.baseline_tier == "exact" else []:

@@ -273,6 +273,20 @@ class GateSpec(_Strict):
         description="Baseline keys (glob patterns, e.g. 'sweep.c8.*') this profile no longer "
         "measures; every other baseline figure must be produced, or it fails as MISSING.",
     )
+    creep_runs: int | None = Field(
+        None,
+        ge=2,
+        description="Slow-creep rule (off when unset): fail a figure that is within its "
+        "tolerance but worse than its baseline by more than creep_margin in this many runs "
+        "in a row (the run history's), against the same baseline value.",
+    )
+    creep_margin: float = Field(
+        0.02,
+        gt=0,
+        lt=1,
+        description="How much worse than the baseline (a fraction: 0.02 = 2%) a run's figure "
+        "must be to count towards creep_runs.",
+    )
 
 
 class DockerSpec(_Strict):

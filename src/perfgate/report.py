@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import re
 import subprocess
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -149,57 +152,115 @@ HEADER = (
 )
 
 
-def _lag(runs: list[LevelData]) -> str:
-    """The level's harness timing error (largest loop-lag p99 of its runs), '!' above the
-    bound."""
+def _lag(runs: list[LevelData]) -> tuple[float | None, bool]:
+    """The level's harness timing error in ms (largest loop-lag p99 of its runs), and
+    whether it is above the bound."""
     stats = [r.harness for r in runs if r.harness is not None]
     if not stats:
-        return "-"
+        return None, False
     worst = max(stats, key=lambda h: h.error_bound_s)
-    return f"{worst.error_bound_s * 1000:.2f}" + ("!" if worst.over_bound else "")
+    return worst.error_bound_s * 1000, worst.over_bound
+
+
+Row = dict[str, float | int | str | None]
+
+
+def table_rows(measurement: str, data: Measurement, expected: Mapping[str, float]) -> list[Row]:
+    """The table's rows, one per level (levels not run included), as values: each figure
+    the median over the level's runs of the run's value (what the gate judges,
+    :mod:`perfgate.figures`), tokens, wall time and counts summed over the runs, the
+    harness's timing error, and per figure its baseline value (``expected``, by figure
+    key) and Δ%. The terminal table and the CSV export are both made from these."""
+    rows: list[Row] = []
+    levels = data.by_concurrency()
+    for c in sorted({*levels, *data.not_run}):
+        runs = levels.get(c, [])
+        row: Row = {"measurement": measurement, "concurrency": c, "runs": len(runs)}
+        for f in FIGURES:
+            values = f.run_values(runs)
+            row[f.name] = median(values) if values else None
+        lag, over = _lag(runs)
+        row |= {
+            "output_tokens": sum(r.metrics.output_tokens for r in runs),
+            "wall_s": sum(r.metrics.wall_s for r in runs),
+            "ok": sum(r.metrics.ok for r in runs),
+            "fail": sum(r.metrics.fail for r in runs),
+            "lag_ms": lag,
+            "lag_over_bound": over,
+            "not_run": c in data.not_run,
+        }
+        for f in FIGURES:
+            base = expected.get(figure_key(measurement, c, f.name))
+            value = row[f.name]
+            row[f"baseline_{f.name}"] = base
+            row[f"delta_pct_{f.name}"] = (
+                None
+                if base is None or not isinstance(value, float | int)
+                else (value - base) / base * 100
+            )
+        rows.append(row)
+    return rows
+
+
+def _num(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
 
 
 def render_table(measurement: str, data: Measurement, baseline: Baseline | None) -> str:
-    """The concurrency table in the seeds' format, one row per level.
+    """The concurrency table in the seeds' format, one row per level (:func:`table_rows`).
 
-    Each figure is the median over the level's runs of the run's value, which is what the
-    gate judges (:mod:`perfgate.figures`); Tokens and Wall are summed over the runs. Lag
-    is the harness's timing error bound (``!``: above 2 ms). With a baseline: its value
-    and Δ% per figure.
+    Tokens and Wall are summed over the runs. Lag is the harness's timing error bound
+    (``!``: above 2 ms). With a baseline: its value and Δ% per figure.
     """
-    expected = baseline.metrics if baseline else {}
-    levels = data.by_concurrency()
-    spec = any(ACCEPT.run_values(runs) for runs in levels.values())
-    shown = [*MAIN, *([ACCEPT] if spec else [])]
+    expected = {k: e.value for k, e in baseline.metrics.items()} if baseline else {}
+    rows = table_rows(measurement, data, expected)
+    spec = any(row["accept_rate"] is not None for row in rows)
     header = HEADER + f" | {'Runs':>4} | {'Lag(ms)':>7}"
     if baseline:
         header += "".join(f" | {'Base ' + f.title:>15} | {'Δ%':>6}" for f in MAIN)
     if spec:
         header += f" | {ACCEPT.title:>7}"
     lines = [header, "-" * len(header)]
-    for c, runs in levels.items():
-        medians = {}
-        for f in shown:
-            values = f.run_values(runs)
-            medians[f.name] = median(values) if values else None
-        row = f"{c:>4} | " + " | ".join(
-            _fmt(medians[f.name], WIDTHS[f.name], DECIMALS[f.name]) for f in MAIN
+    for row in rows:
+        c = row["concurrency"]
+        if row["not_run"]:
+            lines.append(f"{c:>4} | {'not run':>10} |")
+            continue
+        line = f"{c:>4} | " + " | ".join(
+            _fmt(_num(row[f.name]), WIDTHS[f.name], DECIMALS[f.name]) for f in MAIN
         )
-        row += (
-            f" | {sum(r.metrics.output_tokens for r in runs):>8} | "
-            f"{sum(r.metrics.wall_s for r in runs):>8.2f} | "
-            f"{sum(r.metrics.ok for r in runs):>4} | {sum(r.metrics.fail for r in runs):>4} | "
-            f"{len(runs):>4} | {_lag(runs):>7}"
+        lag = _num(row["lag_ms"])
+        lag_text = "-" if lag is None else f"{lag:.2f}" + ("!" if row["lag_over_bound"] else "")
+        line += (
+            f" | {row['output_tokens']:>8} | {_num(row['wall_s']) or 0.0:>8.2f} | "
+            f"{row['ok']:>4} | {row['fail']:>4} | {row['runs']:>4} | {lag_text:>7}"
         )
         if baseline:
             for f in MAIN:
-                exp = expected.get(figure_key(measurement, c, f.name))
-                base = exp.value if exp else None
-                row += f" | {_fmt(base, 15, DECIMALS[f.name])} | {_delta(medians[f.name], base):>6}"
+                base = _num(row[f"baseline_{f.name}"])
+                delta = _num(row[f"delta_pct_{f.name}"])
+                line += f" | {_fmt(base, 15, DECIMALS[f.name])} | " + (
+                    f"{'-':>6}" if delta is None else f"{delta:>+6.1f}"
+                )
         if spec:
-            rate = medians["accept_rate"]
-            row += f" | {_fmt(None if rate is None else rate * 100, 7, 1)}"
-        lines.append(row)
-    for c in data.not_run:
-        lines.append(f"{c:>4} | {'not run':>10} |")
+            rate = _num(row["accept_rate"])
+            line += f" | {_fmt(None if rate is None else rate * 100, 7, 1)}"
+        lines.append(line)
     return "\n".join(lines)
+
+
+def csv_text(run: RunRecord) -> str:
+    """Every measurement's table as CSV (one row per level; figures recomputed from the
+    raw records; baselines from the run's judged checks)."""
+    expected = {c.key: c.baseline for c in run.checks if c.baseline is not None}
+    rows = [
+        row
+        for name, m in run.measurements.items()
+        for row in table_rows(name, m.recomputed(), expected)
+    ]
+    out = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return out.getvalue()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,12 +43,22 @@ from perfgate.golden import (
     load_golden,
     save_golden,
 )
+from perfgate.history import (
+    append_entry,
+    apply_creep_rule,
+    entry_from_run,
+    history_path,
+    load_history,
+)
 from perfgate.launch import AttachedBackend, Backend, launch
-from perfgate.load import Decision, LevelRun, RoundRunner, plain_rounds, run_sweep
+from perfgate.live import ProgressView, Task
+from perfgate.load import Decision, LevelRun, RoundRunner, Tally, plain_rounds, run_sweep
 from perfgate.metrics import LevelData, Measurement
 from perfgate.observe import SpecWindow, read_facts, rejected_extras, short_outputs
+from perfgate.plots import PlotsUnavailable, load_baseline_run, render_run_plots
 from perfgate.profile import Profile
 from perfgate.report import BaselineRef, RunRecord, git_commit, render_table
+from perfgate.summary import markdown_summary
 from perfgate.twin import twin_greedy
 from perfgate.workers import RequestPlan, SequentialClient
 from perfgate.workload import (
@@ -56,6 +67,7 @@ from perfgate.workload import (
     WordCosts,
     approximate_prompts,
     build_prompts,
+    word_cost_counts,
     word_costs,
 )
 
@@ -88,7 +100,8 @@ class PerfgateSession:
         server_log: Path | None = None,
         update_baselines: bool = False,
         options: GateOptions | None = None,
-        progress: Progress = print,
+        progress: Progress | ProgressView = print,
+        history_dir: Path | None = None,
     ) -> None:
         self.profile = profile
         self.engine: Engine = get_engine(profile.engine)
@@ -97,8 +110,11 @@ class PerfgateSession:
         self.server_log = server_log
         self.update_baselines = update_baselines
         self.options = options or GateOptions()
-        self.progress = progress
+        # progress lines and live displays (a plain callable: lines only)
+        self.view = progress if isinstance(progress, ProgressView) else ProgressView(progress)
+        self.progress = self.view.message
         self.output_dir = output_dir
+        self.history_dir = history_dir or output_dir / "history"
         self.baselines_dir = baselines_dir
         self.known_baselines = load_profile_baselines(baselines_dir, profile.name)
         # resolved once the server runs: its hardware key picks the baseline
@@ -411,8 +427,14 @@ class PerfgateSession:
                 return prompts
             tokenizer = Tokenizer(client, self.engine, self.profile.model.name, w.api)
             if self._word_costs is None:  # counted once a session
-                self._word_costs = word_costs(tokenizer)
-            return build_prompts(tokenizer, count, w.input_len, seed, self._word_costs)
+                total = word_cost_counts()
+                with self.view.step("counting prompt words' tokens", total, unit="counts") as t:
+                    self._word_costs = word_costs(tokenizer, on_counted=t.update)
+            label = f"{name} C={concurrency} run {repeat + 1}: checking prompts"
+            with self.view.step(label, count, unit="prompts") as task:
+                return build_prompts(
+                    tokenizer, count, w.input_len, seed, self._word_costs, on_counted=task.update
+                )
 
     def _inexact_prompts_reason(self, client: httpx.Client) -> str:
         """Why prompts of exactly input_len tokens cannot be built here ('' when they can)."""
@@ -439,7 +461,24 @@ class PerfgateSession:
         policy = self.policy
         spec_window = SpecWindow(self.engine, backend.base_url)
 
+        shown: dict[str, Task] = {}  # the running phase's display
+        run_of = {"repeat": 0}
+
+        def show_progress(tally: Tally) -> None:
+            label = f"{name} C={tally.concurrency} run {run_of['repeat'] + 1} {tally.phase}"
+            task = shown.get("task")
+            if task is None or task.description != label:
+                if task is not None:
+                    task.close()
+                task = shown["task"] = self.view.task(label, tally.total)
+            task.update(tally.done, tally.failed, self._rate(tally))
+
+        def close_progress() -> None:
+            if (task := shown.pop("task", None)) is not None:
+                task.close()
+
         def prompts_for(c: int, repeat: int) -> list[Prompt]:
+            run_of["repeat"] = repeat
             total = requests_at(c)
             self.progress(
                 f"perfgate: {name} C={c} run {repeat + 1}: {total} requests "
@@ -453,6 +492,7 @@ class PerfgateSession:
                 self.progress(f"perfgate:   request failed: {record.error}")
 
         def on_level(level: LevelRun, repeat: int) -> None:
+            close_progress()
             data = LevelData.from_run(level, repeat, spec=spec_window.close())
             measurement.levels.append(data)
             self._check_output_lengths(data)
@@ -497,10 +537,12 @@ class PerfgateSession:
                     on_record=on_record,
                     on_level=on_level,
                     on_measure_start=spec_window.open,
+                    on_progress=show_progress,
                     processes=self.profile.workload.client_processes,
                 )
             )
         except (KeyboardInterrupt, WorkloadError) as exc:  # Ctrl-C or SIGTERM, or no prompts
+            close_progress()
             ran = {lv.concurrency for lv in measurement.levels}
             measurement.not_run = [c for c in levels if c not in ran]
             self.save_run()
@@ -519,6 +561,16 @@ class PerfgateSession:
         self.save_run()
         return measurement
 
+    def _rate(self, tally: Tally) -> str:
+        """The phase's rate so far: tokens a second where output lengths are forced (every
+        request streams exactly output_len), else requests a second."""
+        elapsed = time.perf_counter() - tally.started
+        if elapsed <= 0 or not tally.done:
+            return ""
+        if "ignore_eos" in self.completion_extras:
+            return f"≈{tally.done * self.profile.workload.output_len / elapsed:.0f} tok/s"
+        return f"{tally.done / elapsed:.2f} req/s"
+
     def measure_single(
         self, name: str, rounds: int, runner: RoundRunner = plain_rounds
     ) -> Measurement:
@@ -535,14 +587,26 @@ class PerfgateSession:
         client = SequentialClient(backend.base_url, plan)
         records: list[RequestRecord] = []
         queue = iter(prompts)
+        shown: dict[str, Task] = {}  # the running run's display
 
         def send() -> RequestRecord:
             return client.send(next(queue).text)
 
         def one_round() -> None:
             records.append(send())
+            if task := shown.get("task"):  # after the record: no figure times a redraw
+                done = len(records) - shown_from[0]
+                task.update(done, sum(not r.ok for r in records[shown_from[0] :]))
+
+        shown_from = [0]
+
+        def show(first: int, repeat: int) -> None:
+            shown_from[0] = first
+            shown["task"] = self.view.task(f"{name} run {repeat + 1}", rounds)
 
         def close_run(first: int, repeat: int) -> list[LevelData]:
+            if task := shown.pop("task", None):
+                task.close()
             batch = records[first:]
             run = LevelRun(concurrency=1, records=batch, start=batch[0].start, end=batch[-1].end)
             measurement.levels.append(LevelData.from_run(run, repeat, spec=spec_window.close()))
@@ -555,6 +619,7 @@ class PerfgateSession:
             for _ in range(warmup):
                 send()
             spec_window.open()
+            show(0, 0)
             runner(one_round, rounds)  # the first run through pytest-benchmark, if given
             if not records:  # a runner that ran nothing (e.g. benchmarks disabled oddly)
                 plain_rounds(one_round, rounds)
@@ -568,9 +633,12 @@ class PerfgateSession:
                     self.progress(f"perfgate: {name} near its limit; {rounds} more requests")
                 first = len(records)
                 spec_window.open()
+                show(first, len(runs))
                 plain_rounds(one_round, rounds)
                 runs = close_run(first, len(runs))
         finally:
+            if task := shown.pop("task", None):
+                task.close()
             client.close()
         return measurement
 
@@ -583,9 +651,10 @@ class PerfgateSession:
         of the run so far go into the run JSON."""
         verdicts = self.verdicts()
         self.run.checks = verdicts.checks
+        self.apply_creep_rule()
         self.collect_facts()
         self.save_run()
-        return [c for c in verdicts.checks if c.key.startswith(f"{name}.")]
+        return [c for c in self.run.checks if c.key.startswith(f"{name}.")]
 
     def table(self, name: str) -> str:
         """The concurrency table of one measurement."""
@@ -677,6 +746,62 @@ class PerfgateSession:
             f"perfgate: {len(self.golden_outputs.outputs)} golden greedy outputs "
             f"written to {self._relative(path)}"
         )
+        return lines
+
+    def apply_creep_rule(self) -> None:
+        """The slow-creep rule (when the profile sets ``gate.creep_runs``): this run's
+        passing figures that have been worse than the baseline by more than the margin
+        for that many runs in a row, in the profile's history, become CREEP."""
+        gate = self.profile.gate
+        if gate.creep_runs and self.run.checks and not self.update_baselines:
+            self.run.checks = apply_creep_rule(
+                self.run.checks,
+                load_history(history_path(self.history_dir, self.profile.name)),
+                runs=gate.creep_runs,
+                margin=gate.creep_margin,
+                hardware_key=self.hardware_key,
+            )
+
+    def append_history(self) -> list[str]:
+        """This run's judged figures and provenance appended to the profile's history;
+        returns the lines to print. Interrupted runs and recordings add nothing."""
+        path = history_path(self.history_dir, self.profile.name)
+        if self.update_baselines or self.run.status in ("interrupted", "running"):
+            return []
+        entry = entry_from_run(self.run, self._relative(self.run_path))
+        if entry is None:
+            return []
+        append_entry(path, entry)
+        return [f"perfgate: history appended to {self._relative(path)}"]
+
+    def write_reports(self, *, summary_paths: Sequence[Path] = (), plots: bool = True) -> list[str]:
+        """The run's plots (next to the run JSON) and its Markdown summary (appended to
+        each of ``summary_paths``, e.g. ``$GITHUB_STEP_SUMMARY``), all computed from the
+        run JSON; returns the lines to print."""
+        lines: list[str] = []
+        files: list[str] = []
+        if plots and self.run.measurements:
+            baseline_run = None
+            if self.run.status == "failed":
+                baseline_run = load_baseline_run(self.run, self.root)
+            try:
+                written = render_run_plots(
+                    self.run,
+                    self.run_path.parent,
+                    self.run_path.name.removesuffix(".json"),
+                    baseline_run=baseline_run,
+                )
+            except PlotsUnavailable as exc:
+                lines.append(f"perfgate: no plots: {exc}")
+            else:
+                files = [self._relative(path) for path in written]
+                lines.append(f"perfgate: plots written: {', '.join(files)}")
+        markdown = markdown_summary(self.run, run_json=self._relative(self.run_path), files=files)
+        for path in summary_paths:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as out:
+                out.write(markdown + "\n")
+            lines.append(f"perfgate: Markdown summary written to {path}")
         return lines
 
     def _relative(self, path: Path) -> str:

@@ -24,7 +24,7 @@ from functools import lru_cache
 from typing import Literal
 
 Direction = Literal["higher", "lower"]
-Verdict = Literal["pass", "improved", "regressed", "untrusted", "missing", "no-baseline"]
+Verdict = Literal["pass", "improved", "regressed", "untrusted", "missing", "no-baseline", "creep"]
 Step = Literal["more", "done"]
 CONFIDENCE = 0.95
 VALUE_FLOOR = 1e-6  # a figure of 0 (acceptance collapsed) is taken as this, so logs exist

@@ -14,9 +14,10 @@ by counting (:func:`exact_prompt`).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
@@ -167,17 +168,40 @@ class WordCosts:
     more: dict[str, int]
 
 
-def _parallel(count: Callable[[str], int], texts: Sequence[str], workers: int) -> list[int]:
-    if workers <= 1 or len(texts) <= 1:
-        return [count(t) for t in texts]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(count, texts))
+Counted = Callable[[int], None]  # progress: how many counts are done
 
 
-def word_costs(tokenizer: Counter, workers: int = COUNT_WORKERS) -> WordCosts:
+def _parallel(
+    count: Callable[[str], int],
+    texts: Sequence[str],
+    workers: int,
+    on_counted: Counted | None = None,
+) -> list[int]:
+    out: list[int] = []
+    with contextlib.ExitStack() as stack:
+        if workers <= 1 or len(texts) <= 1:
+            results: Iterable[int] = map(count, texts)
+        else:
+            pool = stack.enter_context(ThreadPoolExecutor(max_workers=workers))
+            results = pool.map(count, texts)
+        for n in results:
+            out.append(n)
+            if on_counted is not None:
+                on_counted(len(out))
+    return out
+
+
+def word_cost_counts() -> int:
+    """How many counts :func:`word_costs` makes."""
+    return 2 * len(PLAN_WORDS) + 1
+
+
+def word_costs(
+    tokenizer: Counter, workers: int = COUNT_WORKERS, on_counted: Counted | None = None
+) -> WordCosts:
     """Count each plan word's cost once: ``2 * len(PLAN_WORDS) + 1`` counts, in parallel."""
     texts = ["the", *PLAN_WORDS, *(f"the {w}" for w in PLAN_WORDS)]
-    counts = _parallel(tokenizer.count, texts, workers)
+    counts = _parallel(tokenizer.count, texts, workers, on_counted)
     base, n = counts[0], len(PLAN_WORDS)
     first = dict(zip(PLAN_WORDS, counts[1 : n + 1], strict=True))
     more = {w: c - base for w, c in zip(PLAN_WORDS, counts[n + 1 :], strict=True)}
@@ -210,14 +234,16 @@ def build_prompts(
     seed: int,
     costs: WordCosts | None = None,
     workers: int = COUNT_WORKERS,
+    on_counted: Counted | None = None,
 ) -> list[Prompt]:
     """``count`` distinct seeded prompts of exactly ``input_len`` tokens: planned from
     ``costs`` (counted here when not given), each checked with one count (``workers``
-    at a time); a plan the server counts differently is searched for by counting."""
+    at a time; ``on_counted`` hears how many are checked); a plan the server counts
+    differently is searched for by counting."""
     costs = costs or word_costs(tokenizer, workers)
     rng = random.Random(seed)
     plans = [planned_prompt(costs, rng, input_len) for _ in range(count)]
-    checked = _parallel(tokenizer.count, [p for p in plans if p is not None], workers)
+    checked = _parallel(tokenizer.count, [p for p in plans if p is not None], workers, on_counted)
     counted = iter(checked)
     prompts = []
     for i, plan in enumerate(plans):

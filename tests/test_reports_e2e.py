@@ -1,0 +1,145 @@
+"""The reports of real runs, as users get them: `pytest -m perf` on the real llama.cpp
+server (the tiny default profile), quiet in `-q`, live in a terminal, with the Markdown
+summary, JUnit properties, plots and the history."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from perfgate.cli import main as cli
+from tests.helpers import ROOT, TINY, profile_toml, run_pytest
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """The tiny profile with a baseline recorded here (tolerance 60%: these gate runs are
+    about the reports, not the figures)."""
+    directory = tmp_path_factory.mktemp("reports")
+    tiny = profile_toml(TINY, directory, name="tiny")
+    baselines = directory / "baselines"
+    result = run_pytest(
+        "-m",
+        "perf",
+        f"--profile={tiny}",
+        f"--override-ini=perfgate_baselines_dir={baselines}",
+        "--update-baselines",
+        "--perf-tolerance=0.6",
+        f"--perf-output={directory / 'recording'}",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return tiny, baselines
+
+
+def _gate_args(recorded, out):
+    tiny, baselines = recorded
+    return [
+        "-m",
+        "perf",
+        f"--profile={tiny}",
+        f"--override-ini=perfgate_baselines_dir={baselines}",
+        f"--perf-output={out}",
+    ]
+
+
+PROGRESS_LINES = ("perfgate: waiting for", "perfgate: sweep C=", "perfgate: single:")
+
+
+def test_quiet_run_writes_the_summary_junit_properties_plots_and_history(recorded, tmp_path):
+    out, summary, github = tmp_path / "out", tmp_path / "summary.md", tmp_path / "gh.md"
+    junit = tmp_path / "junit.xml"
+    result = run_pytest(
+        "-q",
+        *_gate_args(recorded, out),
+        f"--perf-summary={summary}",
+        f"--junitxml={junit}",
+        f"--perf-history={tmp_path / 'history'}",
+        env={"GITHUB_STEP_SUMMARY": str(github)},
+    )
+    text = result.stdout + result.stderr
+    assert result.returncode == 0, text
+    # -q: no progress at all, the summary still there
+    assert not [ln for ln in text.splitlines() if ln.startswith(PROGRESS_LINES)], text
+    assert "[sweep]" in text and "baseline figures judged, all within tolerance" in text
+    # the Markdown summary, to the option's path and to $GITHUB_STEP_SUMMARY
+    markdown = summary.read_text()
+    assert markdown.startswith("### ✅ perfgate `tiny`: passed: all ")
+    assert "| `sweep.c2.agg_tok_s` |" in markdown and "**Files**: `" in markdown
+    assert github.read_text() == markdown  # the same summary, appended to both
+    # JUnit properties per figure
+    props = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
+    assert props["sweep.c2.agg_tok_s.verdict"] == "pass"
+    for field in ("measured", "baseline", "limit"):
+        assert float(props[f"sweep.c2.agg_tok_s.{field}"]) > 0
+    assert props["single.c1.ttft_s.verdict"] == "pass"
+    # plots next to the run JSON
+    run_json = sorted((out / "runs").glob("*.json"))[-1]
+    stem = run_json.name.removesuffix(".json")
+    for kind in ("throughput", "latency", "distribution"):
+        png = run_json.parent / f"{stem}.{kind}.png"
+        assert png.stat().st_size > 10_000, png
+        assert png.name in markdown
+    # the history: one entry, printed by `perfgate history`
+    lines = (tmp_path / "history" / "tiny.jsonl").read_text().splitlines()
+    assert len(lines) == 1
+    entry = json.loads(lines[0])
+    assert entry["status"] == "passed" and "sweep.c2.agg_tok_s" in entry["figures"]
+
+
+def test_history_cli_prints_the_trend(recorded, tmp_path, capsys):
+    for n in range(2):
+        result = run_pytest(
+            "-q", *_gate_args(recorded, tmp_path / f"out{n}"), f"--perf-history={tmp_path}"
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+    assert cli(["history", "tiny", f"--history-dir={tmp_path}"]) == 0
+    table = capsys.readouterr().out
+    assert table.count("passed") >= 2 and "sweep.c2.agg_tok_s" in table
+
+
+def test_in_a_terminal_progress_is_drawn_in_place(recorded, tmp_path):
+    """pytest in a pseudo-terminal: the live display redraws one line (carriage returns
+    and erase-line codes), and pytest's own output stays intact."""
+    primary, secondary = pty.openpty()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "160"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest", *_gate_args(recorded, tmp_path / "out")],
+        cwd=ROOT,
+        env=env,
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary,
+    )
+    os.close(secondary)
+    chunks = []
+    try:
+        while True:
+            ready, _, _ = select.select([primary], [], [], 600)
+            if not ready:
+                break
+            try:
+                data = os.read(primary, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        process.wait(timeout=600)
+        os.close(primary)
+    text = b"".join(chunks).decode(errors="replace")
+    assert process.returncode == 0, text
+    assert "\r\x1b[2Kperfgate: sweep C=2 run 1" in text  # the line erased and redrawn
+    assert "requests" in text and "elapsed" in text  # the display's status
+    assert "perfgate: sweep C=2:" in text  # each level's result line stays
+    assert "baseline figures judged, all within tolerance" in text
+    assert "passed" in text.splitlines()[-1]
