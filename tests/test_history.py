@@ -25,6 +25,7 @@ from perfgate.history import (
 from perfgate.plots import PlotsUnavailable, require_matplotlib
 from perfgate.profile import load_profile
 from perfgate.report import BaselineRef, RunRecord, load_run
+from tests.test_profile import VALID
 
 ROOT = Path(__file__).resolve().parents[1]
 AGG = "sweep.c4.agg_tok_s"
@@ -442,19 +443,7 @@ def test_cli_unknown_figure_lists_the_known_ones(tmp_path, capsys):
 
 # --- profile settings ----------------------------------------------------------------------
 
-PROFILE = """
-name = "p"
-engine = "llamacpp"
-hardware = "cpu"
-[model]
-name = "m"
-path = "/x.gguf"
-[workload]
-input_len = 8
-output_len = 4
-levels = [1, 2]
-[gate]
-"""
+PROFILE = VALID.format(name="p") + "[gate]\n"
 
 
 def test_creep_settings_default_off(tmp_path):
@@ -483,3 +472,21 @@ def test_bad_creep_settings_name_the_field(tmp_path, setting, field):
     with pytest.raises(ProfileError) as err:
         load_profile(str(path), tmp_path)
     assert f"  - {field}:" in str(err.value)
+
+
+def test_a_corrupt_history_is_a_usage_error_before_any_server_starts(tmp_path):
+    from tests.helpers import TINY, profile_toml, run_pytest
+
+    tiny = profile_toml(TINY, tmp_path, name="tiny")
+    tiny.write_text(tiny.read_text().replace("[gate]\n", "[gate]\ncreep_runs = 3\n"))
+    history = tmp_path / "history"
+    history.mkdir()
+    (history / "tiny.jsonl").write_text('{"not": "an entry"}\n{"also": "bad"}\n')
+    result = run_pytest(
+        "-m", "perf", f"--profile={tiny}", f"--perf-history={history}", "suites/perf"
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 4, out  # pytest's usage error
+    assert f"{history / 'tiny.jsonl'}:1: not a perfgate history entry" in out
+    assert "fix that line or delete it" in out
+    assert "starting llamacpp" not in out

@@ -8,6 +8,7 @@ import json
 import os
 import pty
 import select
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -63,7 +64,12 @@ def test_quiet_run_writes_the_summary_junit_properties_plots_and_history(recorde
         f"--perf-summary={summary}",
         f"--junitxml={junit}",
         f"--perf-history={tmp_path / 'history'}",
-        env={"GITHUB_STEP_SUMMARY": str(github)},
+        env={
+            "GITHUB_STEP_SUMMARY": str(github),
+            "GITHUB_SERVER_URL": "https://github.com",
+            "GITHUB_REPOSITORY": "acme/engine",
+            "GITHUB_RUN_ID": "42",
+        },
     )
     text = result.stdout + result.stderr
     assert result.returncode == 0, text
@@ -74,6 +80,7 @@ def test_quiet_run_writes_the_summary_junit_properties_plots_and_history(recorde
     markdown = summary.read_text()
     assert markdown.startswith("### ✅ perfgate `tiny`: passed: all ")
     assert "| `sweep.c2.agg_tok_s` |" in markdown and "**Files**: `" in markdown
+    assert "([download](https://github.com/acme/engine/actions/runs/42#artifacts))" in markdown
     assert github.read_text() == markdown  # the same summary, appended to both
     # JUnit properties per figure
     props = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
@@ -143,3 +150,51 @@ def test_in_a_terminal_progress_is_drawn_in_place(recorded, tmp_path):
     assert "perfgate: sweep C=2:" in text  # each level's result line stays
     assert "baseline figures judged, all within tolerance" in text
     assert "passed" in text.splitlines()[-1]
+
+
+def test_a_slow_creep_fails_on_the_nth_run_in_a_row_and_not_before(recorded, tmp_path):
+    """A real creep: the baseline's tok/s figures 25% above what this server does (as if
+    it had lost 25% since recording, a little at a time), inside the 60% tolerance, so
+    every single run passes. With ``gate.creep_runs = 3`` the third run in a row fails
+    as CREEP, and the history shows all three."""
+    tiny, baselines = recorded
+    creeping = tmp_path / "baselines"
+    shutil.copytree(baselines, creeping)
+    for path in (creeping / "tiny").glob("*.json"):
+        if path.name.endswith((".golden.json", ".run.json")):
+            continue
+        baseline = json.loads(path.read_text())
+        for key, figure in baseline["metrics"].items():
+            if key.endswith("tok_s"):
+                figure["value"] *= 1.25
+        path.write_text(json.dumps(baseline, indent=1))
+    profile = tmp_path / "tiny.toml"
+    profile.write_text(tiny.read_text().replace("[gate]\n", "[gate]\ncreep_runs = 3\n"))
+    args = [
+        "-m",
+        "perf",
+        f"--profile={profile}",
+        f"--override-ini=perfgate_baselines_dir={creeping}",
+        f"--perf-history={tmp_path / 'history'}",
+    ]
+    for n in (1, 2):
+        result = run_pytest(*args, f"--perf-output={tmp_path / f'out{n}'}")
+        assert result.returncode == 0, result.stdout + result.stderr  # within tolerance
+        assert "CREEP" not in result.stdout
+        # not a terminal: plain progress lines, no cursor movement
+        assert "perfgate: sweep C=2 run 1: 2 requests" in result.stdout
+        assert "perfgate: sweep C=2: " in result.stdout and "\x1b[" not in result.stdout
+    third = run_pytest(
+        *args,
+        f"--perf-output={tmp_path / 'out3'}",
+        "--perf-summary=" + str(tmp_path / "summary.md"),
+    )
+    out = third.stdout + third.stderr
+    assert third.returncode == 1, out
+    assert "CREEP: worse than the baseline run after run" in out
+    line = next(ln for ln in out.splitlines() if "sweep.c2.agg_tok_s: measured" in ln)
+    assert "→ CREEP" in line and "in 3 runs in a row" in line, line
+    assert "FAILED suites/perf/test_perf.py::test_concurrency_sweep" in out
+    assert "❌ creep" in (tmp_path / "summary.md").read_text()
+    history = (tmp_path / "history" / "tiny.jsonl").read_text().splitlines()
+    assert [json.loads(h)["status"] for h in history] == ["passed", "passed", "failed"]

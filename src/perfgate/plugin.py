@@ -339,8 +339,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         summaries.append(Path(github))
     lines.extend(
         perf.write_reports(
-            summary_paths=summaries, plots=not session.config.getoption("perfgate_no_plots")
+            summary_paths=summaries,
+            plots=not session.config.getoption("perfgate_no_plots"),
+            artifact_url=_github_run_url(),
         )
+    )
+
+
+def _github_run_url() -> str | None:
+    """In GitHub Actions, the run's page, where its uploaded artifacts are listed."""
+    env = os.environ
+    if not all(env.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID")):
+        return None
+    return (
+        f"{env['GITHUB_SERVER_URL']}/{env['GITHUB_REPOSITORY']}/actions/runs/"
+        f"{env['GITHUB_RUN_ID']}#artifacts"
     )
 
 

@@ -115,6 +115,12 @@ class PerfgateSession:
         self.progress = self.view.message
         self.output_dir = output_dir
         self.history_dir = history_dir or output_dir / "history"
+        # the earlier runs the slow-creep rule reads: checked now, before any server starts
+        self.history = (
+            load_history(history_path(self.history_dir, profile.name))
+            if profile.gate.creep_runs
+            else []
+        )
         self.baselines_dir = baselines_dir
         self.known_baselines = load_profile_baselines(baselines_dir, profile.name)
         # resolved once the server runs: its hardware key picks the baseline
@@ -756,7 +762,7 @@ class PerfgateSession:
         if gate.creep_runs and self.run.checks and not self.update_baselines:
             self.run.checks = apply_creep_rule(
                 self.run.checks,
-                load_history(history_path(self.history_dir, self.profile.name)),
+                self.history,
                 runs=gate.creep_runs,
                 margin=gate.creep_margin,
                 hardware_key=self.hardware_key,
@@ -771,13 +777,22 @@ class PerfgateSession:
         entry = entry_from_run(self.run, self._relative(self.run_path))
         if entry is None:
             return []
-        append_entry(path, entry)
+        try:
+            append_entry(path, entry)
+        except OSError as exc:
+            return [f"perfgate: could not append to the history {path}: {exc}"]
         return [f"perfgate: history appended to {self._relative(path)}"]
 
-    def write_reports(self, *, summary_paths: Sequence[Path] = (), plots: bool = True) -> list[str]:
+    def write_reports(
+        self,
+        *,
+        summary_paths: Sequence[Path] = (),
+        plots: bool = True,
+        artifact_url: str | None = None,
+    ) -> list[str]:
         """The run's plots (next to the run JSON) and its Markdown summary (appended to
-        each of ``summary_paths``, e.g. ``$GITHUB_STEP_SUMMARY``), all computed from the
-        run JSON; returns the lines to print."""
+        each of ``summary_paths``, e.g. ``$GITHUB_STEP_SUMMARY``; ``artifact_url``: where
+        CI keeps the files), all computed from the run JSON; returns the lines to print."""
         lines: list[str] = []
         files: list[str] = []
         if plots and self.run.measurements:
@@ -791,17 +806,23 @@ class PerfgateSession:
                     self.run_path.name.removesuffix(".json"),
                     baseline_run=baseline_run,
                 )
-            except PlotsUnavailable as exc:
+            except (PlotsUnavailable, OSError) as exc:
                 lines.append(f"perfgate: no plots: {exc}")
             else:
                 files = [self._relative(path) for path in written]
                 lines.append(f"perfgate: plots written: {', '.join(files)}")
-        markdown = markdown_summary(self.run, run_json=self._relative(self.run_path), files=files)
+        markdown = markdown_summary(
+            self.run, run_json=self._relative(self.run_path), files=files, artifact_url=artifact_url
+        )
         for path in summary_paths:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("a", encoding="utf-8") as out:
-                out.write(markdown + "\n")
-            lines.append(f"perfgate: Markdown summary written to {path}")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with path.open("a", encoding="utf-8") as out:
+                    out.write(markdown + "\n")
+            except OSError as exc:
+                lines.append(f"perfgate: could not write the Markdown summary to {path}: {exc}")
+            else:
+                lines.append(f"perfgate: Markdown summary written to {path}")
         return lines
 
     def _relative(self, path: Path) -> str:
