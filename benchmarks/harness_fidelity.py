@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from perfgate.client import RequestRecord, encode_body, request_body
 from perfgate.client.monitor import HarnessStats
 from perfgate.client.transport import pooled_client
-from perfgate.live import ProgressView, Task
+from perfgate.live import ProgressView
 from perfgate.load import LevelRun, Tally, run_level, run_sweep
 from perfgate.sim import SimConfig, SimProcess, SimRecord
 from perfgate.workers import HttpxWorkers, RequestPlan
@@ -106,13 +106,10 @@ def _terminal_display() -> Callable[[Tally], None]:
     """What a perf run in a terminal draws while a level runs (to memory here): the
     redraws cost what they cost on a screen."""
     view = ProgressView(lambda _: None, "terminal", file=io.StringIO(), width=160)
-    tasks: dict[str, Task] = {}
 
     def show(tally: Tally) -> None:
         label = f"C={tally.concurrency} {tally.phase}"
-        if label not in tasks:
-            tasks[label] = view.task(label, tally.total)
-        tasks[label].update(tally.done, tally.failed, "≈1000 tok/s")
+        view.show(label, tally.total, tally.done, tally.failed, "≈1000 tok/s")
 
     return show
 

@@ -73,17 +73,14 @@ def entry_from_run(run: RunRecord, run_path: str) -> HistoryEntry | None:
         return None
     figures: dict[str, FigurePoint] = {}
     for check in run.checks:
-        if check.measured is None or check.baseline is None:
-            continue
-        delta = check.delta_pct
-        if delta is None:
-            delta = (check.measured - check.baseline) / check.baseline * 100.0
+        if check.measured is None or check.baseline is None or check.delta_pct is None:
+            continue  # not judged against a baseline figure
         figures[check.key] = FigurePoint(
             measured=check.measured,
             baseline=check.baseline,
             limit=check.limit,
             tolerance=check.tolerance,
-            delta_pct=delta,
+            delta_pct=check.delta_pct,
             verdict=check.verdict,
             direction=check.direction,
             unit=check.unit,

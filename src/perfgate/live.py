@@ -55,11 +55,29 @@ class ProgressView:
         self.width = width  # None: the terminal's
         self.plain_every_s = plain_every_s
         self.clock = clock
+        self._shown: Task | None = None  # the step show() shows
 
     def message(self, text: str) -> None:
         """A line for the log (nothing when quiet)."""
         if self.mode != "quiet":
             self.write(text)
+
+    def show(
+        self, description: str, total: int, done: int, failed: int = 0, detail: str = ""
+    ) -> None:
+        """Progress of the running step, named by ``description``: a step of another name
+        closes the one shown before (:meth:`close_shown` ends the last)."""
+        task = self._shown
+        if task is None or task.description != description:
+            self.close_shown()
+            task = self._shown = self.task(description, total)
+        task.update(done, failed, detail)
+
+    def close_shown(self) -> None:
+        """Take the step :meth:`show` shows off the screen."""
+        if self._shown is not None:
+            self._shown.close()
+            self._shown = None
 
     def task(self, description: str, total: int, *, unit: str = "requests") -> Task:
         """A step of ``total`` items, shown until it is closed."""

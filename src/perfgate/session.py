@@ -51,7 +51,7 @@ from perfgate.history import (
     load_history,
 )
 from perfgate.launch import AttachedBackend, Backend, launch
-from perfgate.live import ProgressView, Task
+from perfgate.live import ProgressView
 from perfgate.load import Decision, LevelRun, RoundRunner, Tally, plain_rounds, run_sweep
 from perfgate.metrics import LevelData, Measurement
 from perfgate.observe import SpecWindow, read_facts, rejected_extras, short_outputs
@@ -467,21 +467,11 @@ class PerfgateSession:
         policy = self.policy
         spec_window = SpecWindow(self.engine, backend.base_url)
 
-        shown: dict[str, Task] = {}  # the running phase's display
         run_of = {"repeat": 0}
 
         def show_progress(tally: Tally) -> None:
             label = f"{name} C={tally.concurrency} run {run_of['repeat'] + 1} {tally.phase}"
-            task = shown.get("task")
-            if task is None or task.description != label:
-                if task is not None:
-                    task.close()
-                task = shown["task"] = self.view.task(label, tally.total)
-            task.update(tally.done, tally.failed, self._rate(tally))
-
-        def close_progress() -> None:
-            if (task := shown.pop("task", None)) is not None:
-                task.close()
+            self.view.show(label, tally.total, tally.done, tally.failed, self._rate(tally))
 
         def prompts_for(c: int, repeat: int) -> list[Prompt]:
             run_of["repeat"] = repeat
@@ -498,7 +488,7 @@ class PerfgateSession:
                 self.progress(f"perfgate:   request failed: {record.error}")
 
         def on_level(level: LevelRun, repeat: int) -> None:
-            close_progress()
+            self.view.close_shown()
             data = LevelData.from_run(level, repeat, spec=spec_window.close())
             measurement.levels.append(data)
             self._check_output_lengths(data)
@@ -548,7 +538,7 @@ class PerfgateSession:
                 )
             )
         except (KeyboardInterrupt, WorkloadError) as exc:  # Ctrl-C or SIGTERM, or no prompts
-            close_progress()
+            self.view.close_shown()
             ran = {lv.concurrency for lv in measurement.levels}
             measurement.not_run = [c for c in levels if c not in ran]
             self.save_run()
@@ -593,26 +583,22 @@ class PerfgateSession:
         client = SequentialClient(backend.base_url, plan)
         records: list[RequestRecord] = []
         queue = iter(prompts)
-        shown: dict[str, Task] = {}  # the running run's display
+        run_of = {"first": 0, "repeat": 0}
 
         def send() -> RequestRecord:
             return client.send(next(queue).text)
 
         def one_round() -> None:
             records.append(send())
-            if task := shown.get("task"):  # after the record: no figure times a redraw
-                done = len(records) - shown_from[0]
-                task.update(done, sum(not r.ok for r in records[shown_from[0] :]))
+            run = records[run_of["first"] :]  # after the record: no figure times a redraw
+            label = f"{name} run {run_of['repeat'] + 1}"
+            self.view.show(label, rounds, len(run), sum(not r.ok for r in run))
 
-        shown_from = [0]
-
-        def show(first: int, repeat: int) -> None:
-            shown_from[0] = first
-            shown["task"] = self.view.task(f"{name} run {repeat + 1}", rounds)
+        def start_run(first: int, repeat: int) -> None:
+            run_of["first"], run_of["repeat"] = first, repeat
 
         def close_run(first: int, repeat: int) -> list[LevelData]:
-            if task := shown.pop("task", None):
-                task.close()
+            self.view.close_shown()
             batch = records[first:]
             run = LevelRun(concurrency=1, records=batch, start=batch[0].start, end=batch[-1].end)
             measurement.levels.append(LevelData.from_run(run, repeat, spec=spec_window.close()))
@@ -625,7 +611,7 @@ class PerfgateSession:
             for _ in range(warmup):
                 send()
             spec_window.open()
-            show(0, 0)
+            start_run(0, 0)
             runner(one_round, rounds)  # the first run through pytest-benchmark, if given
             if not records:  # a runner that ran nothing (e.g. benchmarks disabled oddly)
                 plain_rounds(one_round, rounds)
@@ -639,12 +625,11 @@ class PerfgateSession:
                     self.progress(f"perfgate: {name} near its limit; {rounds} more requests")
                 first = len(records)
                 spec_window.open()
-                show(first, len(runs))
+                start_run(first, len(runs))
                 plain_rounds(one_round, rounds)
                 runs = close_run(first, len(runs))
         finally:
-            if task := shown.pop("task", None):
-                task.close()
+            self.view.close_shown()
             client.close()
         return measurement
 
