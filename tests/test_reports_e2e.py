@@ -23,8 +23,9 @@ pytestmark = pytest.mark.engine
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    """The tiny profile with a baseline recorded here (tolerance 60%: these gate runs are
-    about the reports, not the figures)."""
+    """The tiny profile with a baseline recorded here (tolerance 90%: these gate runs are
+    about the reports, not the figures, and this host's runs have strayed 1.6x from a
+    recording)."""
     directory = tmp_path_factory.mktemp("reports")
     tiny = profile_toml(TINY, directory, name="tiny")
     baselines = directory / "baselines"
@@ -34,7 +35,7 @@ def recorded(tmp_path_factory):
         f"--profile={tiny}",
         f"--override-ini=perfgate_baselines_dir={baselines}",
         "--update-baselines",
-        "--perf-tolerance=0.6",
+        "--perf-tolerance=0.9",
         f"--perf-output={directory / 'recording'}",
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -153,10 +154,15 @@ def test_in_a_terminal_progress_is_drawn_in_place(recorded, tmp_path):
 
 
 def test_a_slow_creep_fails_on_the_nth_run_in_a_row_and_not_before(recorded, tmp_path):
-    """A real creep: the baseline's tok/s figures 25% above what this server does (as if
-    it had lost 25% since recording, a little at a time), inside the 60% tolerance, so
-    every single run passes. With ``gate.creep_runs = 3`` the third run in a row fails
-    as CREEP, and the history shows all three."""
+    """A real creep: the baseline's tok/s figures three times what this server did when
+    they were recorded (as if it had lost two thirds since, a little at a time), with a
+    95% tolerance and early abort off, so every single run passes. With ``gate.creep_runs = 3`` the third run in
+    a row fails as CREEP, and the history shows all three.
+
+    The margins are wide on purpose: the recording and the three runs share this noisy
+    host, where runs have come out 1.6x faster, and 1.6x slower, than the recording. Here
+    they would have to be 2.9x faster than the recording to escape the creep rule, or 6x
+    slower to fail the tolerance."""
     tiny, baselines = recorded
     creeping = tmp_path / "baselines"
     shutil.copytree(baselines, creeping)
@@ -165,8 +171,9 @@ def test_a_slow_creep_fails_on_the_nth_run_in_a_row_and_not_before(recorded, tmp
             continue
         baseline = json.loads(path.read_text())
         for key, figure in baseline["metrics"].items():
+            figure["value"] *= 3.0  # TTFT too: three times slower, so noise cannot fail it
             if key.endswith("tok_s"):
-                figure["value"] *= 1.25
+                figure["tolerance"] = 0.95
         path.write_text(json.dumps(baseline, indent=1))
     profile = tmp_path / "tiny.toml"
     profile.write_text(tiny.read_text().replace("[gate]\n", "[gate]\ncreep_runs = 3\n"))
@@ -176,6 +183,7 @@ def test_a_slow_creep_fails_on_the_nth_run_in_a_row_and_not_before(recorded, tmp
         f"--profile={profile}",
         f"--override-ini=perfgate_baselines_dir={creeping}",
         f"--perf-history={tmp_path / 'history'}",
+        "--perf-abort-below=0",
     ]
     for n in (1, 2):
         result = run_pytest(*args, f"--perf-output={tmp_path / f'out{n}'}")
