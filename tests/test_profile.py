@@ -175,3 +175,25 @@ def test_package_file_is_found_without_importing_the_package(tmp_path, monkeypat
     missing = ModelSpec(name="m", package="unimportable_pkg", package_file="other.gguf")
     with pytest.raises(EngineUnavailable, match=r"other\.gguf"):
         resolve_model_path(missing)
+
+
+@pytest.mark.parametrize(
+    ("workload", "message"),
+    [
+        ('prompts = "shared-prefix"', "shared-prefix prompts need prefix_len"),
+        (
+            'prompts = "shared-prefix"\nprefix_len = 8',
+            r"fewer tokens than input_len \(8\), e.g. prefix_len = 7",
+        ),
+        ("prefix_len = 4", 'prefix_len applies to prompts = "shared-prefix" only'),
+    ],
+)
+def test_a_shared_prefix_needs_a_prefix_shorter_than_the_prompt(tmp_path, workload, message):
+    text = VALID.format(name="p").replace("input_len = 8", f"input_len = 8\n{workload}")
+    with pytest.raises(ProfileError, match=message):
+        load_profile(str(write(tmp_path, text)), tmp_path)
+    good = 'input_len = 8\nprompts = "shared-prefix"\nprefix_len = 7'
+    profile = load_profile(
+        str(write(tmp_path, VALID.format(name="p").replace("input_len = 8", good))), tmp_path
+    )
+    assert profile.workload.prefix_len == 7

@@ -156,8 +156,9 @@ def test_in_a_terminal_progress_is_drawn_in_place(recorded, tmp_path):
 def test_a_slow_creep_fails_on_the_nth_run_in_a_row_and_not_before(recorded, tmp_path):
     """A real creep: the baseline's tok/s figures three times what this server did when
     they were recorded (as if it had lost two thirds since, a little at a time), with a
-    95% tolerance and early abort off, so every single run passes. With ``gate.creep_runs = 3`` the third run in
-    a row fails as CREEP, and the history shows all three.
+    95% tolerance and early abort off, so every single run passes. With
+    ``gate.creep_runs = 3`` the third run in a row fails as CREEP, and the history shows
+    all three.
 
     The margins are wide on purpose: the recording and the three runs share this noisy
     host, where runs have come out 1.6x faster, and 1.6x slower, than the recording. Here

@@ -62,3 +62,40 @@ def test_a_plan_the_server_counts_differently_falls_back_to_searching():
 def test_impossible_length_is_a_clear_error():
     with pytest.raises(WorkloadError, match="exactly 1 tokens"):
         build_prompts(UnevenTokenizer(), 1, 1, seed=0)
+
+
+def _common_words(texts):
+    first = [t.split() for t in texts]
+    n = 0
+    while all(len(w) > n and w[n] == first[0][n] for w in first):
+        n += 1
+    return first[0][:n]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 300), st.integers(1, 100), st.integers(0, 2**32))
+def test_shared_prefix_prompts_share_exactly_the_prefix_and_keep_the_length(
+    input_len, suffix_len, seed
+):
+    """Every prompt starts with the same words of prefix_len tokens (counted alone) and
+    is exactly input_len tokens in all, with a tokenizer whose costs are uneven and one
+    whose costs do not add up (the search fallback keeps the prefix)."""
+    prefix_len = input_len
+    input_len = prefix_len + suffix_len
+    for tok in (UnevenTokenizer(), MergingTokenizer()):
+        prompts = build_prompts(tok, 6, input_len, seed, prefix_len=prefix_len)
+        assert all(tok.count(p.text) == input_len == p.tokens for p in prompts)
+        common = _common_words([p.text for p in prompts])
+        # the common words are the prefix (or a little more, where suffixes start alike)
+        assert tok.count(" ".join(common)) >= prefix_len
+        assert len({p.text for p in prompts}) == len(prompts) or suffix_len < 3
+
+
+def test_shared_prefix_differs_between_seeds_and_random_prompts_share_nothing():
+    tok = UnevenTokenizer()
+    a = build_prompts(tok, 8, 200, seed=1, prefix_len=150)
+    b = build_prompts(tok, 8, 200, seed=2, prefix_len=150)
+    assert tok.count(" ".join(_common_words([p.text for p in a]))) >= 150
+    assert _common_words([a[0].text, b[0].text]) != _common_words([p.text for p in a])
+    random_prompts = build_prompts(tok, 8, 200, seed=1)
+    assert tok.count(" ".join(_common_words([p.text for p in random_prompts]))) < 10

@@ -58,6 +58,8 @@ RULES: dict[str, FactRule] = {
     "batch_size": FactRule("batch size", 50),
     "ubatch_size": FactRule("micro-batch size", 50),
     "flash_attn": FactRule("flash attention", 62),
+    "cache_prompt": FactRule("prompt (prefix) cache", 72),
+    "cache_ram_mib": FactRule("prompt cache size (MiB)", 56),
     "kv_cache_type_k": FactRule("KV cache type (K)", 58),
     "kv_cache_type_v": FactRule("KV cache type (V)", 58),
     "kv_cache_dtype": FactRule("KV cache dtype", 58),

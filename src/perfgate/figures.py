@@ -7,6 +7,18 @@ A figure gives one value per run of a level (the sampling unit of every verdict)
 - ``ttft_s``: the median over the run's requests of their TTFT;
 - ``accept_rate``: speculative acceptance over the run's measured window;
 
+Figures a profile may choose to gate as well (``gate.figures``; :data:`CHOSEN`), each
+the run's value over its successful requests:
+
+- ``ttft_p90_s``, ``ttft_p99_s``: 90th and 99th percentile of TTFT (``ttft_s`` is the
+  median);
+- ``tpot_p50_s``, ``tpot_p90_s``, ``tpot_p99_s``: percentiles of time per output token;
+- ``itl_p50_s``, ``itl_p90_s``, ``itl_p99_s``: percentiles of the gaps between
+  token-bearing chunks, pooled over the run's requests;
+- ``latency_p50_s``, ``latency_p90_s``, ``latency_p99_s``: percentiles of end-to-end
+  latency (sending to the last byte);
+- ``req_s``: request throughput, successful requests / wall time.
+
 A figure read off token timestamps (``timing``) is only as exact as the harness: a
 level's timing error bound (its event loop's lag, ``HarnessStats``) can move it, and
 the gate says when that could change its verdict.
@@ -24,10 +36,10 @@ all read :data:`FIGURES`. Keys name a figure of one level of one measurement:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
-from perfgate.metrics import LevelData, Measurement
+from perfgate.metrics import Distribution, LevelData, LevelMetrics, Measurement
 from perfgate.stats import Direction
 
 KEY_PATTERN = re.compile(
@@ -48,6 +60,7 @@ class Figure:
     value: Callable[[LevelData], float | None]
     recorded: bool = True  # False: a hand-set target only, left out of recorded baselines
     timing: bool = False  # read off token timestamps: the harness's timing error applies
+    chosen: bool = False  # True: measured and recorded only where a profile chooses it
 
     def run_values(self, runs: Iterable[LevelData]) -> list[float]:
         """One value per run that produced this figure."""
@@ -107,7 +120,68 @@ SCALING = Figure(
     _agg,  # divided by the paired C=1 run's in measurement_values
     recorded=False,
 )
-BY_NAME: dict[str, Figure] = {f.name: f for f in (*FIGURES, SCALING)}
+
+
+def _percentile_of(
+    quantity: Callable[[LevelMetrics], Distribution], q: str
+) -> Callable[[LevelData], float | None]:
+    def value(run: LevelData) -> float | None:
+        return getattr(quantity(run.metrics), q) if run.metrics.ok else None
+
+    return value
+
+
+def _req_s(run: LevelData) -> float | None:
+    m = run.metrics
+    return m.ok / m.wall_s if m.ok and m.wall_s > 0 else None
+
+
+PERCENTILE_QUANTITIES: tuple[tuple[str, str, Callable[[LevelMetrics], Distribution], str], ...] = (
+    ("ttft", "TTFT", lambda m: m.ttft_s, "no request streamed a token"),
+    ("tpot", "TPOT", lambda m: m.tpot_s, "no request streamed two tokens or more"),
+    ("itl", "ITL", lambda m: m.itl_s, "no request streamed two chunks or more"),
+    ("latency", "Latency", lambda m: m.latency_s, "no request of the level succeeded"),
+)
+CHOSEN: tuple[Figure, ...] = (
+    *(
+        Figure(
+            f"{name}_{q}_s",
+            f"{title} {q}(s)",
+            "s",
+            "lower",
+            0.05,
+            absent,
+            _percentile_of(quantity, q),
+            timing=True,
+            chosen=True,
+        )
+        for name, title, quantity, absent in PERCENTILE_QUANTITIES
+        for q in ("p50", "p90", "p99")
+        if (name, q) != ("ttft", "p50")  # that is ``ttft_s``
+    ),
+    Figure(
+        "req_s",
+        "Req/s",
+        "req/s",
+        "higher",
+        0.02,
+        "no request of the level succeeded",
+        _req_s,
+        chosen=True,
+    ),
+)
+BY_NAME: dict[str, Figure] = {f.name: f for f in (*FIGURES, SCALING, *CHOSEN)}
+
+
+def unknown_figures(names: Iterable[str]) -> list[str]:
+    """Names in ``names`` that are not figures a profile can choose (``gate.figures``)."""
+    choosable = {f.name for f in CHOSEN}
+    return [n for n in names if n not in choosable]
+
+
+def judged_figures(chosen: Collection[str] = ()) -> tuple[Figure, ...]:
+    """The figures a level produces: every default one, and the ``chosen`` ones."""
+    return (*FIGURES, *(f for f in CHOSEN if f.name in chosen))
 
 
 def figure_key(measurement: str, concurrency: int, figure: str) -> str:
@@ -135,22 +209,26 @@ def parse_key(key: str) -> Key:
     return Key(match["measurement"], int(match["c"]), BY_NAME[match["figure"]])
 
 
-def level_values(measurement: str, runs: list[LevelData]) -> dict[str, list[float]]:
-    """Per-run values of every figure one level produced."""
+def level_values(
+    measurement: str, runs: list[LevelData], chosen: Collection[str] = ()
+) -> dict[str, list[float]]:
+    """Per-run values of every figure one level produced (the ``chosen`` ones too)."""
     c = runs[0].concurrency
     out = {}
-    for figure in FIGURES:
+    for figure in judged_figures(chosen):
         if values := figure.run_values(runs):
             out[figure_key(measurement, c, figure.name)] = values
     return out
 
 
-def measurement_values(name: str, measurement: Measurement) -> dict[str, list[float]]:
-    """Per-run values of every figure of a measurement."""
+def measurement_values(
+    name: str, measurement: Measurement, chosen: Collection[str] = ()
+) -> dict[str, list[float]]:
+    """Per-run values of every figure of a measurement (the ``chosen`` ones too)."""
     out: dict[str, list[float]] = {}
     levels = measurement.by_concurrency()
     for runs in levels.values():
-        out.update(level_values(name, runs))
+        out.update(level_values(name, runs, chosen))
     c1 = levels.get(1, [])
     for c, runs in levels.items():
         pairs = [(SCALING.value(a), SCALING.value(b)) for a, b in zip(runs, c1, strict=False)]
@@ -159,11 +237,14 @@ def measurement_values(name: str, measurement: Measurement) -> dict[str, list[fl
     return out
 
 
-def run_values(measurements: dict[str, Measurement]) -> dict[str, list[float]]:
-    """Per-run values of every figure of every measurement of a run."""
+def run_values(
+    measurements: dict[str, Measurement], chosen: Collection[str] = ()
+) -> dict[str, list[float]]:
+    """Per-run values of every figure of every measurement of a run (the ``chosen`` ones
+    too)."""
     out: dict[str, list[float]] = {}
     for name, measurement in measurements.items():
-        out.update(measurement_values(name, measurement))
+        out.update(measurement_values(name, measurement, chosen))
     return out
 
 

@@ -39,7 +39,9 @@ class GatePolicy:
     - ``abort_below``: stop a sweep at once when a tok/s figure of a level's first run is
       below this share of the baseline, beyond noise (0: never);
     - ``false_failure_rate``: the family-wise rate of noise failures for a whole profile;
-    - ``retired``: baseline keys (glob patterns) the profile no longer measures.
+    - ``retired``: baseline keys (glob patterns) the profile no longer measures;
+    - ``figures``: figures the profile chose to gate besides the default ones
+      (``gate.figures``: percentiles, request throughput).
     """
 
     min_runs: int = 3
@@ -48,6 +50,13 @@ class GatePolicy:
     false_failure_rate: float = 0.01
     retired: tuple[str, ...] = ()
     recording: bool = False
+    figures: tuple[str, ...] = ()
+
+    def chosen(self, baseline: Baseline | None) -> set[str]:
+        """Figures measured besides the default ones: the profile's, and any its baseline
+        holds (so a figure recorded once is judged until retired)."""
+        held = {parse_key(k).figure.name for k in baseline.metrics} if baseline else set()
+        return set(self.figures) | held
 
     def rule(self, baseline: Baseline | None, runs: int | None = None) -> Rule:
         """The statistical rule for a baseline's family of figures; ``runs``: force the
@@ -64,7 +73,7 @@ class GatePolicy:
         if baseline is None or self.abort_below <= 0 or self.recording:
             return None
         rule = self.rule(baseline)
-        for key, values in level_values(name, [run]).items():
+        for key, values in level_values(name, [run], self.chosen(baseline)).items():
             exp = baseline.metrics.get(key)
             if exp is None or exp.direction != "higher" or parse_key(key).figure.unit != "tok/s":
                 continue
@@ -91,7 +100,7 @@ class GatePolicy:
         if self.recording or baseline is None or len(runs) >= self.max_runs:
             return "next"
         rule = self.rule(baseline)
-        for key, values in level_values(name, list(runs)).items():
+        for key, values in level_values(name, list(runs), self.chosen(baseline)).items():
             if (exp := baseline.metrics.get(key)) is not None and compare(key, values, exp, rule)[
                 1
             ]:
@@ -109,7 +118,7 @@ class GatePolicy:
         MISSING with the reason; figures measured without a baseline are listed too. A
         timing figure whose verdict the harness's own timing error could flip is
         UNTRUSTED (:func:`harness_verdict`)."""
-        values = run_values(dict(measurements))
+        values = run_values(dict(measurements), self.chosen(baseline))
         bounds = timing_error_bounds(dict(measurements))
         expected = baseline.metrics if baseline else {}
         checks: list[Check] = []

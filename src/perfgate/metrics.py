@@ -14,6 +14,8 @@ Definitions (also in the README):
   (connection setup included); not part of TTFT or latency.
 - **TPOT**: (latency - TTFT) / (output tokens - 1), per request.
 - **ITL**: gaps between consecutive token-bearing chunks, pooled over requests.
+- **end-to-end latency**: sending to the last byte of the response.
+- **request throughput** of a level: its successful requests divided by its wall time.
 - Percentiles interpolate linearly between order statistics (numpy's default).
 """
 
@@ -33,10 +35,11 @@ from perfgate.load import LevelRun
 
 
 class Distribution(BaseModel):
-    """Mean, median and 99th percentile of a set of samples (None when empty)."""
+    """Mean, median, 90th and 99th percentile of a set of samples (None when empty)."""
 
     mean: float | None = Field(None, description="Arithmetic mean.")
     p50: float | None = Field(None, description="Median.")
+    p90: float | None = Field(None, description="90th percentile (None in run JSONs before it).")
     p99: float | None = Field(None, description="99th percentile.")
     n: int = Field(0, description="Number of samples.")
 
@@ -98,6 +101,7 @@ def distribution(samples: Sequence[float]) -> Distribution:
     return Distribution(
         mean=sum(ordered) / len(ordered),
         p50=percentile(ordered, 50),
+        p90=percentile(ordered, 90),
         p99=percentile(ordered, 99),
         n=len(ordered),
     )

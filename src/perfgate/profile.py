@@ -103,6 +103,15 @@ class WorkloadSpec(_Strict):
     )
     input_len: int = Field(gt=0, description="Prompt length in tokens, as the server counts.")
     output_len: int = Field(gt=0, description="Output length in tokens, forced with ignore_eos.")
+    prompts: Literal["random", "shared-prefix"] = Field(
+        "random",
+        description="random: seeded words, no two prompts share a prefix; shared-prefix: "
+        "every prompt of a level run starts with the same prefix_len tokens (a long common "
+        "system prompt) and ends with its own words (exercises a prefix cache).",
+    )
+    prefix_len: int | None = Field(
+        None, gt=0, description="Tokens of the common prefix (shared-prefix prompts only)."
+    )
     levels: list[int] = Field(min_length=1, description="Concurrency levels of the sweep.")
     rounds: int = Field(3, ge=1, description="Measured requests per level = rounds x concurrency.")
     single_requests: int = Field(5, ge=1, description="Sequential single-request measurements.")
@@ -123,6 +132,18 @@ class WorkloadSpec(_Strict):
         if levels != sorted(set(levels)):
             raise ValueError("levels must be strictly ascending, e.g. [1, 2, 4, 8]")
         return levels
+
+    @model_validator(mode="after")
+    def _prefix_fits(self) -> WorkloadSpec:
+        if self.prompts == "shared-prefix":
+            if self.prefix_len is None or self.prefix_len >= self.input_len:
+                raise ValueError(
+                    "shared-prefix prompts need prefix_len, fewer tokens than input_len "
+                    f"({self.input_len}), e.g. prefix_len = {max(1, self.input_len * 7 // 8)}"
+                )
+        elif self.prefix_len is not None:
+            raise ValueError('prefix_len applies to prompts = "shared-prefix" only')
+        return self
 
 
 class DegeneracyLimits(_Strict):
@@ -272,6 +293,11 @@ class GateSpec(_Strict):
         default_factory=list,
         description="Baseline keys (glob patterns, e.g. 'sweep.c8.*') this profile no longer "
         "measures; every other baseline figure must be produced, or it fails as MISSING.",
+    )
+    figures: list[str] = Field(
+        default_factory=list,
+        description="Figures to gate besides the default ones, by name, e.g. ttft_p99_s, "
+        "latency_p90_s, req_s (every name: README 'Figures'; perfgate.figures.CHOSEN).",
     )
     creep_runs: int | None = Field(
         None,

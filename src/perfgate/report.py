@@ -7,7 +7,7 @@ import gzip
 import io
 import re
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ from perfgate.baseline import Baseline, Check, write_bytes_atomic, write_json_at
 from perfgate.diagnose import DiagnosisRecord
 from perfgate.engines import Fact
 from perfgate.errors import PerfgateError
-from perfgate.figures import FIGURES, figure_key
+from perfgate.figures import CHOSEN, FIGURES, figure_key
 from perfgate.metrics import LevelData, Measurement
 from perfgate.stats import median
 
@@ -206,8 +206,45 @@ def _num(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def render_table(measurement: str, data: Measurement, baseline: Baseline | None) -> str:
-    """The concurrency table in the seeds' format, one row per level (:func:`table_rows`).
+def chosen_table(
+    measurement: str, data: Measurement, baseline: Baseline | None, chosen: Collection[str]
+) -> str:
+    """The figures a profile chose besides the default ones (percentiles, req/s), one row
+    per level: the median over the level's runs, and with a baseline its value and Δ%
+    ('' when none was chosen)."""
+    figures = [f for f in CHOSEN if f.name in chosen]
+    if not figures:
+        return ""
+    expected = baseline.metrics if baseline else {}
+    cells = [f"{'C':>4}"]
+    for f in figures:
+        cells.append(f"{f.title:>14}" + (f" | {'Base':>10} | {'Δ%':>6}" if baseline else ""))
+    lines = [" | ".join(cells)]
+    lines.append("-" * len(lines[0]))
+    levels = data.by_concurrency()
+    for c in sorted(levels):
+        cells = [f"{c:>4}"]
+        for f in figures:
+            values = f.run_values(levels[c])
+            value = median(values) if values else None
+            cell = _fmt(value, 14, 4 if f.unit == "s" else 2)
+            if baseline:
+                exp = expected.get(figure_key(measurement, c, f.name))
+                base = exp.value if exp else None
+                cell += f" | {_fmt(base, 10, 4 if f.unit == 's' else 2)} | {_delta(value, base):>6}"
+            cells.append(cell)
+        lines.append(" | ".join(cells))
+    return "\n".join(lines)
+
+
+def render_table(
+    measurement: str,
+    data: Measurement,
+    baseline: Baseline | None,
+    chosen: Collection[str] = (),
+) -> str:
+    """The concurrency table in the seeds' format, one row per level (:func:`table_rows`),
+    and below it the ``chosen`` figures' table (:func:`chosen_table`).
 
     Tokens and Wall are summed over the runs. Lag is the harness's timing error bound
     (``!``: above 2 ms). With a baseline: its value and Δ% per figure.
@@ -246,6 +283,8 @@ def render_table(measurement: str, data: Measurement, baseline: Baseline | None)
             rate = _num(row["accept_rate"])
             line += f" | {_fmt(None if rate is None else rate * 100, 7, 1)}"
         lines.append(line)
+    if extra := chosen_table(measurement, data, baseline, chosen):
+        lines += ["", extra]
     return "\n".join(lines)
 
 

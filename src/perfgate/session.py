@@ -32,8 +32,8 @@ from perfgate.client import RequestRecord
 from perfgate.client.monitor import timing_warning
 from perfgate.diagnose import Diagnosis, diagnose
 from perfgate.engines import Engine, Facts, get_engine
-from perfgate.errors import BackendError, BaselineError, WorkloadError
-from perfgate.figures import run_values
+from perfgate.errors import BackendError, BaselineError, ProfileError, WorkloadError
+from perfgate.figures import CHOSEN, run_values, unknown_figures
 from perfgate.gate import GatePolicy, Verdicts, choose_baseline
 from perfgate.golden import (
     GoldenOutputs,
@@ -103,6 +103,12 @@ class PerfgateSession:
         progress: Progress | ProgressView = print,
         history_dir: Path | None = None,
     ) -> None:
+        if unknown := unknown_figures(profile.gate.figures):
+            choosable = ", ".join(f.name for f in CHOSEN)
+            raise ProfileError(
+                f"profile {profile.name!r}: gate.figures has unknown {', '.join(unknown)}; "
+                f"a profile can choose {choosable}"
+            )
         self.profile = profile
         self.engine: Engine = get_engine(profile.engine)
         self.root = root
@@ -187,6 +193,7 @@ class PerfgateSession:
             false_failure_rate=gate.false_failure_rate,
             retired=tuple(gate.retired),
             recording=self.update_baselines,
+            figures=tuple(gate.figures),
         )
 
     def planned(self) -> dict[str, list[int]]:
@@ -426,7 +433,14 @@ class PerfgateSession:
             why = self._inexact_prompts_reason(client)
             if why:
                 prompts, note = approximate_prompts(
-                    client, self.profile.model.name, count, w.input_len, seed, w.api, why
+                    client,
+                    self.profile.model.name,
+                    count,
+                    w.input_len,
+                    seed,
+                    w.api,
+                    why,
+                    prefix_len=w.prefix_len,
                 )
                 if not any(n.startswith(why) for n in self.run.notes):
                     self.degraded(note)  # once: later levels' estimates differ slightly
@@ -439,7 +453,13 @@ class PerfgateSession:
             label = f"{name} C={concurrency} run {repeat + 1}: checking prompts"
             with self.view.step(label, count, unit="prompts") as task:
                 return build_prompts(
-                    tokenizer, count, w.input_len, seed, self._word_costs, on_counted=task.update
+                    tokenizer,
+                    count,
+                    w.input_len,
+                    seed,
+                    self._word_costs,
+                    on_counted=task.update,
+                    prefix_len=w.prefix_len,
                 )
 
     def _inexact_prompts_reason(self, client: httpx.Client) -> str:
@@ -650,7 +670,7 @@ class PerfgateSession:
     def table(self, name: str) -> str:
         """The concurrency table of one measurement."""
         m = self.run.measurements[name]
-        return render_table(name, m, self.baseline)
+        return render_table(name, m, self.baseline, self.policy.chosen(self.baseline))
 
     # -- recording ---------------------------------------------------------------------
     def save_run(self) -> None:
@@ -688,7 +708,7 @@ class PerfgateSession:
             recorded = build_baseline(
                 self.profile.name,
                 self.hardware_key,
-                run_values(self.run.measurements),
+                run_values(self.run.measurements, self.policy.chosen(previous)),
                 previous,
                 rule=self.policy.rule(None),
                 tolerance=self.options.tolerance,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from perfgate.baseline import Check
-from perfgate.figures import FIGURES, figure_key, parse_key
+from perfgate.figures import BY_NAME, figure_key, parse_key
 from perfgate.report import RunRecord
 
 MARKS = {
@@ -103,7 +103,7 @@ def _levels_table(run: RunRecord) -> list[str]:
         levels = sorted(measurement.by_concurrency())
         shown = [
             f
-            for f in FIGURES
+            for f in BY_NAME.values()
             if any(figure_key(name, c, f.name) in by_key for c in [*levels, *measurement.not_run])
         ]
         if not shown:

@@ -6,6 +6,11 @@ same seed sends the same prompts. Their length is counted by the server's own
 tokenize endpoint, special tokens (and the chat template) included, so it matches
 ``usage.prompt_tokens``. Output length is forced with ``ignore_eos``.
 
+A shared-prefix workload (``prefix_len``) starts every prompt of a level run with the
+same seeded words, ``prefix_len`` tokens of them (as a long common system prompt would),
+and ends each with distinct ones, to ``input_len`` tokens in all: a server's prefix
+cache serves the common part.
+
 Building is cheap: the tokens each word costs are counted once (:func:`word_costs`),
 each prompt is planned from those costs, and every plan is checked with one count,
 several at a time. Only a plan the server counts differently falls back to a search
@@ -115,28 +120,37 @@ def _random_words(rng: random.Random, count: int) -> list[str]:
     return [rng.choice(WORDS) for _ in range(count)]
 
 
-def exact_prompt(tokenizer: Counter, rng: random.Random, input_len: int) -> Prompt:
-    """A random prompt of exactly ``input_len`` tokens, searched for by counting (several
-    sequential counts: the fallback for a plan that missed)."""
-    words = _random_words(rng, max(8, input_len * 2))
-    full = tokenizer.count(" ".join(words))
+def _joined(prefix: str, words: Sequence[str]) -> str:
+    return " ".join([prefix, *words]) if prefix else " ".join(words)
+
+
+def exact_prompt(
+    tokenizer: Counter, rng: random.Random, input_len: int, prefix: str = ""
+) -> Prompt:
+    """A random prompt of exactly ``input_len`` tokens (starting with ``prefix``, when
+    given), searched for by counting (several sequential counts: the fallback for a plan
+    that missed)."""
+    base = tokenizer.count(prefix) if prefix else 0
+    target = max(1, input_len - base)  # tokens the words add
+    words = _random_words(rng, max(8, target * 2))
+    full = tokenizer.count(_joined(prefix, words)) - base
     # Tokens grow monotonically with words: estimate, then walk to the largest fit.
-    n = max(1, min(len(words), round(input_len * len(words) / max(full, 1))))
-    count = tokenizer.count(" ".join(words[:n]))
+    n = max(1, min(len(words), round(target * len(words) / max(full, 1))))
+    count = tokenizer.count(_joined(prefix, words[:n]))
     steps = 0
     while count > input_len and n > 1 and steps < MAX_ADJUST_STEPS:
         n -= 1
-        count = tokenizer.count(" ".join(words[:n]))
+        count = tokenizer.count(_joined(prefix, words[:n]))
         steps += 1
     while n < len(words) and steps < MAX_ADJUST_STEPS:
-        more = tokenizer.count(" ".join(words[: n + 1]))
+        more = tokenizer.count(_joined(prefix, words[: n + 1]))
         steps += 1
         if more > input_len:
             break
         n, count = n + 1, more
-    text = " ".join(words[:n])
+    text = _joined(prefix, words[:n])
     if count > input_len:  # even one random word is too long: start from pad words alone
-        text, count = "", tokenizer.count("")
+        text, count = prefix, tokenizer.count(prefix)
     for pad in PAD_WORDS * 4:  # close a gap with one-token words
         if count == input_len or steps >= MAX_ADJUST_STEPS:
             break
@@ -208,23 +222,50 @@ def word_costs(
     return WordCosts(first, more)
 
 
-def planned_prompt(costs: WordCosts, rng: random.Random, input_len: int) -> str | None:
-    """Random plan words whose costs add up to exactly ``input_len`` (None: impossible
-    with these words)."""
-    starts = [w for w in PLAN_WORDS if costs.first[w] <= input_len]
+def _planned_words(
+    costs: WordCosts, rng: random.Random, words: list[str], total: int, n: int
+) -> list[str]:
+    """Append random plan words to ``words`` (costing ``total`` so far) up to ``n``."""
     singles = [w for w in PLAN_WORDS if costs.more[w] == 1]
     usable = [w for w in PLAN_WORDS if costs.more[w] >= 1]
-    if not starts or not singles:
-        return None
-    words = [rng.choice(starts)]
-    total = costs.first[words[0]]
-    while total < input_len:
+    while total < n:
         word = rng.choice(usable)
-        if total + costs.more[word] > input_len:
+        if total + costs.more[word] > n:
             word = rng.choice(singles)
         words.append(word)
         total += costs.more[word]
-    return " ".join(words)
+    return words
+
+
+def planned_prompt(
+    costs: WordCosts, rng: random.Random, input_len: int, prefix: tuple[str, int] | None = None
+) -> str | None:
+    """Random plan words whose costs add up to exactly ``input_len`` (None: impossible
+    with these words); after ``prefix`` (its text and its tokens), when given."""
+    if not any(costs.more[w] == 1 for w in PLAN_WORDS):
+        return None
+    if prefix is not None:
+        text, tokens = prefix
+        if tokens >= input_len:
+            return None
+        return _joined(text, _planned_words(costs, rng, [], tokens, input_len))
+    starts = [w for w in PLAN_WORDS if costs.first[w] <= input_len]
+    if not starts:
+        return None
+    first = rng.choice(starts)
+    return " ".join(_planned_words(costs, rng, [first], costs.first[first], input_len))
+
+
+def shared_prefix(
+    tokenizer: Counter, costs: WordCosts, prefix_len: int, seed: int
+) -> tuple[str, int]:
+    """The common start of a shared-prefix level run's prompts: seeded words of exactly
+    ``prefix_len`` tokens, as the measured API counts them alone."""
+    rng = random.Random(f"{seed}:prefix")
+    plan = planned_prompt(costs, rng, prefix_len)
+    if plan is not None and tokenizer.count(plan) == prefix_len:
+        return plan, prefix_len
+    return exact_prompt(tokenizer, rng, prefix_len).text, prefix_len
 
 
 def build_prompts(
@@ -235,14 +276,17 @@ def build_prompts(
     costs: WordCosts | None = None,
     workers: int = COUNT_WORKERS,
     on_counted: Counted | None = None,
+    prefix_len: int | None = None,
 ) -> list[Prompt]:
     """``count`` distinct seeded prompts of exactly ``input_len`` tokens: planned from
     ``costs`` (counted here when not given), each checked with one count (``workers``
     at a time; ``on_counted`` hears how many are checked); a plan the server counts
-    differently is searched for by counting."""
+    differently is searched for by counting. With ``prefix_len``, all start with the
+    same :func:`shared_prefix` of that many tokens."""
     costs = costs or word_costs(tokenizer, workers)
     rng = random.Random(seed)
-    plans = [planned_prompt(costs, rng, input_len) for _ in range(count)]
+    prefix = shared_prefix(tokenizer, costs, prefix_len, seed) if prefix_len else None
+    plans = [planned_prompt(costs, rng, input_len, prefix) for _ in range(count)]
     checked = _parallel(tokenizer.count, [p for p in plans if p is not None], workers, on_counted)
     counted = iter(checked)
     prompts = []
@@ -250,7 +294,8 @@ def build_prompts(
         if plan is not None and next(counted) == input_len:
             prompts.append(Prompt(text=plan, tokens=input_len))
         else:
-            prompts.append(exact_prompt(tokenizer, random.Random(f"{seed}:{i}"), input_len))
+            rng_i = random.Random(f"{seed}:{i}")
+            prompts.append(exact_prompt(tokenizer, rng_i, input_len, prefix[0] if prefix else ""))
     return prompts
 
 
@@ -275,6 +320,7 @@ def approximate_prompts(
     seed: int,
     api: str = "completions",
     why: str = "no tokenize endpoint",
+    prefix_len: int | None = None,
 ) -> tuple[list[Prompt], str]:
     """For a server that cannot count prompts: seeded prompts whose length is estimated
     from two readings of ``usage.prompt_tokens`` through the measured API (a one-word
@@ -292,9 +338,14 @@ def approximate_prompts(
         ) from exc
     per_word = max(measured - overhead, 1) / CALIBRATION_WORDS
     words = max(1, round((input_len - overhead) / per_word))
-    prompts = [Prompt(" ".join(_random_words(rng, words)), None) for _ in range(count)]
+    shared = min(words - 1, round(prefix_len / per_word)) if prefix_len else 0
+    prefix = " ".join(_random_words(random.Random(f"{seed}:prefix"), shared))
+    prompts = [
+        Prompt(_joined(prefix, _random_words(rng, words - shared)), None) for _ in range(count)
+    ]
+    common = f", the first {shared} shared" if shared else ""
     note = (
-        f"{why}: {api} prompts of {words} words, about {input_len} tokens ({overhead} "
+        f"{why}: {api} prompts of {words} words{common}, about {input_len} tokens ({overhead} "
         f"tokens of template and specials, {per_word:.2f} tokens per word, from two "
         "usage.prompt_tokens readings); input lengths are approximate"
     )

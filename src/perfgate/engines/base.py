@@ -216,7 +216,8 @@ def facts_from_log(text: str, patterns: Iterable[LogPattern]) -> Facts:
 
 def facts_from_flags(argv: list[str], names: dict[str, str], source: str = "command") -> Facts:
     """Facts from a command line: ``names`` maps each flag spelling to a fact key.
-    ``--flag value`` and ``--flag=value`` give the value; a bare flag gives True. Flags
+    ``--flag value`` and ``--flag=value`` give the value; a bare flag gives True (False
+    when it is spelled ``--no-...``). Flags
     with secret-looking names are never read."""
     facts: Facts = {}
     i = 0
@@ -233,8 +234,8 @@ def facts_from_flags(argv: list[str], names: dict[str, str], source: str = "comm
             value = argv[i + 1]
             i += 1
         else:
-            value = True
-        evidence = flag if value is True else f"{flag} {value}"
+            value = not flag.startswith("--no-")  # --no-cache-prompt: False
+        evidence = flag if isinstance(value, bool) else f"{flag} {value}"
         facts[key] = Fact(value=coerce(value), source=source, evidence=evidence)
         i += 1
     return facts

@@ -63,6 +63,8 @@ LLAMACPP_FLAGS: dict[str, str] = {
     **_spellings("draft_model", "-md", "--model-draft", "--spec-draft-model"),
     **_spellings("spec_synthetic", "--spec-synth-rates", "--spec-synth-len"),
     **_spellings("override_kv", "--override-kv"),
+    **_spellings("cache_prompt", "--cache-prompt", "--no-cache-prompt"),
+    **_spellings("cache_ram_mib", "-cram", "--cache-ram"),
 }
 
 _GPU_BACKENDS = ("CUDA", "ROCm", "MUSA")

@@ -1,0 +1,103 @@
+"""The figures a profile can choose to gate (percentiles, request throughput): their
+values against numpy's percentiles of the same samples, and the gate judging them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perfgate.baseline import build_baseline
+from perfgate.client import RequestRecord
+from perfgate.errors import ProfileError
+from perfgate.figures import CHOSEN, level_values, run_values
+from perfgate.gate import GatePolicy
+from perfgate.load import LevelRun
+from perfgate.metrics import LevelData, Measurement
+from perfgate.profile import load_profile
+from perfgate.report import render_table
+from perfgate.session import PerfgateSession
+from perfgate.stats import Rule
+from tests.helpers import ROOT
+
+TOKENS = 10
+
+
+def tailed_run(ttfts: list[float], repeat: int = 0, tpot: float = 0.02) -> LevelData:
+    """One run of C=4: a request per TTFT, 10 tokens each, ``tpot`` apart."""
+    records = []
+    for i, ttft in enumerate(ttfts):
+        start = i * 0.01
+        times = [start + ttft + k * tpot for k in range(TOKENS)]
+        records.append(
+            RequestRecord(
+                index=i,
+                start=start,
+                end=times[-1],
+                token_times=times,
+                completion_tokens=TOKENS,
+                finish_reason="length",
+            )
+        )
+    end = max(r.end for r in records)
+    return LevelData.from_run(LevelRun(4, records, 0.0, end), repeat)
+
+
+FAST = [0.10, 0.11, 0.12, 0.10, 0.13, 0.11, 0.12, 0.10, 0.11, 0.12, 0.10, 0.11]
+
+
+def test_percentile_figures_are_numpys_percentiles_of_the_run_and_req_s_is_ok_per_second():
+    ttfts = [*FAST[:9], 0.9, 1.0, 1.1]
+    run = tailed_run(ttfts)
+    values = level_values("sweep", [run], {f.name for f in CHOSEN})
+    ttft = [r.token_times[0] - r.start for r in run.records]
+    latency = [r.end - r.start for r in run.records]
+    assert values["sweep.c4.ttft_p90_s"] == [pytest.approx(np.percentile(ttft, 90))]
+    assert values["sweep.c4.ttft_p99_s"] == [pytest.approx(np.percentile(ttft, 99))]
+    assert values["sweep.c4.ttft_s"] == [pytest.approx(np.percentile(ttft, 50))]
+    assert values["sweep.c4.latency_p99_s"] == [pytest.approx(np.percentile(latency, 99))]
+    assert values["sweep.c4.itl_p50_s"] == [pytest.approx(0.02)]
+    assert values["sweep.c4.tpot_p90_s"] == [pytest.approx(0.02)]
+    assert values["sweep.c4.req_s"] == [pytest.approx(12 / run.metrics.wall_s)]
+    # not chosen: not produced (no "no-baseline" rows for figures nobody asked for)
+    assert "sweep.c4.ttft_p99_s" not in level_values("sweep", [run])
+
+
+def _sweep(runs: list[list[float]]) -> Measurement:
+    return Measurement(levels=[tailed_run(t, repeat=i) for i, t in enumerate(runs)])
+
+
+def test_a_tail_regression_fails_p99_while_the_median_passes():
+    """Baseline: 8 runs with no tail. Then a quarter of the requests wait 0.8 s longer:
+    the median TTFT passes, its p90 and p99 fail; a figure the profile did not choose
+    is not judged."""
+    rng = np.random.default_rng(0)
+    runs = [list(np.array(FAST) * rng.uniform(0.97, 1.03)) for _ in range(8)]
+    chosen = ("ttft_p90_s", "ttft_p99_s")
+    values = run_values({"sweep": _sweep(runs)}, chosen)
+    base = build_baseline("p", "h", values, None, {}, Rule(3, 10), tolerance=0.3).baseline
+    assert {"sweep.c4.ttft_p99_s", "sweep.c4.ttft_p90_s"} <= base.metrics.keys()
+    assert "sweep.c4.latency_p99_s" not in base.metrics
+    tailed = [[*r[:9], *(t + 0.8 for t in r[9:])] for r in runs[:3]]
+    policy = GatePolicy(figures=chosen)
+    verdicts = policy.judge({"sweep": _sweep(tailed)}, base, {"sweep": [4]})
+    by_key = {c.key: c.verdict for c in verdicts.checks}
+    assert by_key["sweep.c4.ttft_s"] == "pass"  # (agg tok/s falls too: the run lasts longer)
+    assert by_key["sweep.c4.ttft_p90_s"] == by_key["sweep.c4.ttft_p99_s"] == "regressed"
+    # the baseline holds them: judged even when the profile no longer lists them
+    held = GatePolicy().judge({"sweep": _sweep(tailed)}, base, {"sweep": [4]})
+    held_verdicts = {c.key: c.verdict for c in held.checks}
+    assert held_verdicts["sweep.c4.ttft_p99_s"] == "regressed"
+    assert held_verdicts["sweep.c4.ttft_s"] == "pass"
+    # the same runs without the tail pass every figure
+    clean = policy.judge({"sweep": _sweep(runs[3:6])}, base, {"sweep": [4]})
+    assert not clean.failed
+    table = render_table("sweep", _sweep(tailed), base, policy.chosen(base))
+    assert "TTFT p90(s)" in table and "TTFT p99(s)" in table
+
+
+def test_an_unknown_chosen_figure_is_a_profile_error_naming_the_choices(tmp_path):
+    profile = load_profile("llamacpp-gemma3-270m", ROOT / "profiles")
+    gate = profile.gate.model_copy(update={"figures": ["ttft_p95_s"]})
+    profile = profile.model_copy(update={"gate": gate})
+    with pytest.raises(ProfileError, match=r"unknown ttft_p95_s.*ttft_p99_s"):
+        PerfgateSession(profile, root=ROOT, baselines_dir=tmp_path / "b", output_dir=tmp_path / "o")
