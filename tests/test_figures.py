@@ -13,7 +13,7 @@ from perfgate.figures import CHOSEN, level_values, run_values
 from perfgate.gate import GatePolicy
 from perfgate.load import LevelRun
 from perfgate.metrics import LevelData, Measurement
-from perfgate.profile import load_profile
+from perfgate.profile import Slo, load_profile
 from perfgate.report import render_table
 from perfgate.session import PerfgateSession
 from perfgate.stats import Rule
@@ -101,3 +101,28 @@ def test_an_unknown_chosen_figure_is_a_profile_error_naming_the_choices(tmp_path
     profile = profile.model_copy(update={"gate": gate})
     with pytest.raises(ProfileError, match=r"unknown ttft_p95_s.*ttft_p99_s"):
         PerfgateSession(profile, root=ROOT, baselines_dir=tmp_path / "b", output_dir=tmp_path / "o")
+
+
+def test_goodput_counts_the_requests_that_met_every_service_level():
+    """12 requests, 10 tokens each, TPOT 20 ms: three with a slow first token, and one
+    more whose tokens come 100 ms apart; a TTFT level of 0.5 s misses the three, a TPOT
+    level of 50 ms the fourth; a failed request never meets them."""
+    ttfts = [*FAST[:9], 0.9, 1.0, 1.1]
+    run = tailed_run(ttfts).records
+    slow_tokens = run[0]
+    slow_tokens.token_times = [slow_tokens.token_times[0] + k * 0.1 for k in range(TOKENS)]
+    slow_tokens.end = slow_tokens.token_times[-1]
+    failed = RequestRecord(index=12, start=0.0, end=0.2, error="HTTP 500")
+    level = LevelRun(4, [*run, failed], 0.0, max(r.end for r in run))
+    data = LevelData.from_run(level, slo=Slo(ttft_s=0.5, tpot_s=0.05))
+    assert data.goodput is not None
+    assert (data.goodput.requests, data.goodput.met) == (13, 8)
+    values = level_values("sweep", [data], {"slo_met", "goodput_tok_s"})
+    assert values["sweep.c4.slo_met"] == [pytest.approx(8 / 13)]
+    assert values["sweep.c4.goodput_tok_s"] == [pytest.approx(8 * TOKENS / level.wall_s)]
+    only_latency = LevelData.from_run(level, slo=Slo(latency_s=0.4))
+    # the 8 fast ones end within 0.31 s; the slow-token one lasts 1 s, the late ones 1.1 s+
+    assert only_latency.goodput.met == 8
+    assert LevelData.from_run(level).goodput is None  # no service levels: no figure
+    with pytest.raises(ValueError, match="at least one of ttft_s"):
+        Slo()

@@ -4,7 +4,9 @@ real llama.cpp server as users run it (`pytest -m perf --profile ...`):
 - a prefix-cache regression (the same server with prompt caching off) fails the
   shared-prefix workload on TTFT, while the random-prompt workload passes both ways;
 - a tail regression (fewer slots than requests in flight: some requests wait for a
-  slot) fails the p99 TTFT gate while the median TTFT gate passes.
+  slot) fails the p99 TTFT gate while the median TTFT gate passes;
+- under a TTFT service level, the share of requests that met it and goodput fall with
+  the prefix cache off.
 """
 
 from __future__ import annotations
@@ -118,3 +120,40 @@ def test_fewer_slots_than_requests_fails_the_p99_ttft_gate_not_the_median(tmp_pa
     assert checks["sweep.c4.ttft_p99_s"]["verdict"] == "regressed", out
     assert checks["sweep.c4.ttft_s"]["verdict"] in ("pass", "improved"), out
     assert "TTFT p99(s)" in out  # the chosen figures' table
+
+
+def test_goodput_under_a_ttft_service_level_falls_when_the_prefix_cache_is_off(tmp_path):
+    """A service level of three times the cached server's slowest TTFT (measured first, on
+    this host): every request of the cached server meets it, most of the uncached one's
+    miss it; the share that met it and goodput tok/s both fail the gate."""
+    calibration = _sweep(
+        profile_toml({**SHARED, **CACHE}, tmp_path),
+        tmp_path / "calibration-baselines",
+        tmp_path / "cal",
+        "--update-baselines",
+    )
+    assert calibration.returncode == 0, calibration.stdout + calibration.stderr
+    [cal] = (tmp_path / "cal" / "runs").glob("*.json")
+    levels = json.loads(cal.read_text())["measurements"]["sweep"]["levels"]
+    ttft = max(level["metrics"]["ttft_s"]["p99"] for level in levels)
+    slo = f"\n[slo]\nttft_s = {3 * ttft:.3f}\n"
+    cached = profile_toml({**SHARED, **CACHE}, tmp_path)
+    cached.write_text(cached.read_text() + slo)
+    (tmp_path / "uncached").mkdir()
+    uncached = profile_toml({**SHARED, **NO_CACHE}, tmp_path / "uncached")
+    uncached.write_text(uncached.read_text() + slo)
+    baselines = tmp_path / "baselines"
+    record = _sweep(
+        cached, baselines, tmp_path / "rec", "--update-baselines", "--perf-tolerance=0.5"
+    )
+    assert record.returncode == 0, record.stdout + record.stderr
+    met = _checks(tmp_path / "rec")["sweep.c2.slo_met"]["measured"]
+    assert met == 1.0
+    gate = _sweep(uncached, baselines, tmp_path / "gate")
+    out = gate.stdout + gate.stderr
+    checks = _checks(tmp_path / "gate")
+    assert gate.returncode == 1, out
+    assert checks["sweep.c2.slo_met"]["measured"] < 0.5, out  # (most miss it)
+    assert checks["sweep.c2.slo_met"]["verdict"] == "regressed", out
+    assert checks["sweep.c2.goodput_tok_s"]["verdict"] == "regressed", out
+    assert "SLO met" in out and "Goodput tok/s" in out  # the chosen figures' table

@@ -17,7 +17,10 @@ the run's value over its successful requests:
   token-bearing chunks, pooled over the run's requests;
 - ``latency_p50_s``, ``latency_p90_s``, ``latency_p99_s``: percentiles of end-to-end
   latency (sending to the last byte);
-- ``req_s``: request throughput, successful requests / wall time.
+- ``req_s``: request throughput, successful requests / wall time;
+- ``slo_met``, ``goodput_tok_s``: the share of requests that met the profile's service
+  levels (``[slo]``), and their output tokens per second; chosen whenever a profile sets
+  service levels.
 
 A figure read off token timestamps (``timing``) is only as exact as the harness: a
 level's timing error bound (its event loop's lag, ``HarnessStats``) can move it, and
@@ -142,6 +145,23 @@ PERCENTILE_QUANTITIES: tuple[tuple[str, str, Callable[[LevelMetrics], Distributi
     ("itl", "ITL", lambda m: m.itl_s, "no request streamed two chunks or more"),
     ("latency", "Latency", lambda m: m.latency_s, "no request of the level succeeded"),
 )
+
+
+def _slo_met(run: LevelData) -> float | None:
+    return run.goodput.met_share if run.goodput is not None else None
+
+
+def _goodput(run: LevelData) -> float | None:
+    return run.goodput.goodput_tok_s if run.goodput is not None else None
+
+
+NO_SLO = "the profile sets no service levels ([slo])"
+SLO_FIGURES: tuple[Figure, ...] = (
+    Figure("slo_met", "SLO met", "", "higher", 0.02, NO_SLO, _slo_met, chosen=True),
+    Figure(
+        "goodput_tok_s", "Goodput tok/s", "tok/s", "higher", 0.02, NO_SLO, _goodput, chosen=True
+    ),
+)
 CHOSEN: tuple[Figure, ...] = (
     *(
         Figure(
@@ -169,6 +189,7 @@ CHOSEN: tuple[Figure, ...] = (
         _req_s,
         chosen=True,
     ),
+    *SLO_FIGURES,
 )
 BY_NAME: dict[str, Figure] = {f.name: f for f in (*FIGURES, SCALING, *CHOSEN)}
 

@@ -16,6 +16,9 @@ Definitions (also in the README):
 - **ITL**: gaps between consecutive token-bearing chunks, pooled over requests.
 - **end-to-end latency**: sending to the last byte of the response.
 - **request throughput** of a level: its successful requests divided by its wall time.
+- **SLO met** (with service levels set): the share of a level's measured requests that
+  succeeded with TTFT, TPOT and end-to-end latency each within its level; **goodput
+  tok/s**: their output tokens divided by the level's wall time.
 - Percentiles interpolate linearly between order statistics (numpy's default).
 """
 
@@ -32,6 +35,7 @@ from pydantic import BaseModel, Field, field_serializer, field_validator
 from perfgate.client import RequestRecord
 from perfgate.client.monitor import HarnessStats
 from perfgate.load import LevelRun
+from perfgate.profile import Slo
 
 
 class Distribution(BaseModel):
@@ -173,6 +177,52 @@ def level_metrics(level: LevelRun) -> LevelMetrics:
     )
 
 
+def meets(record: RequestRecord, slo: Slo) -> bool:
+    """Whether a request succeeded and met every service level set (a one-token output
+    has no TPOT to miss)."""
+    if not record.ok:
+        return False
+    ttft, tpot = record.ttft, request_tpot(record)
+    return not (
+        (slo.ttft_s is not None and (ttft is None or ttft > slo.ttft_s))
+        or (slo.tpot_s is not None and tpot is not None and tpot > slo.tpot_s)
+        or (slo.latency_s is not None and record.latency > slo.latency_s)
+    )
+
+
+class Goodput(BaseModel):
+    """How many of a level run's measured requests met the service levels, and their
+    output tokens per second of the run's wall time."""
+
+    slo: Slo = Field(description="The service levels judged.")
+    requests: int = Field(description="Measured requests, failed ones included.")
+    met: int = Field(description="Requests that succeeded and met every service level.")
+    good_tokens: int = Field(description="Output tokens of the requests that met them.")
+    wall_s: float = Field(description="The level run's wall time.")
+
+    @property
+    def met_share(self) -> float | None:
+        """met / requests."""
+        return self.met / self.requests if self.requests else None
+
+    @property
+    def goodput_tok_s(self) -> float | None:
+        """good_tokens / wall_s."""
+        return self.good_tokens / self.wall_s if self.wall_s > 0 else None
+
+
+def goodput(level: LevelRun, slo: Slo) -> Goodput:
+    """A level run's requests judged against ``slo``."""
+    good = [r for r in level.records if meets(r, slo)]
+    return Goodput(
+        slo=slo,
+        requests=len(level.records),
+        met=len(good),
+        good_tokens=sum(r.output_tokens for r in good),
+        wall_s=level.wall_s,
+    )
+
+
 class SpecStats(BaseModel):
     """Speculative decoding over exactly one measured level run (counter deltas)."""
 
@@ -251,6 +301,9 @@ class LevelData(BaseModel):
     harness: HarnessStats | None = Field(
         None, description="The harness's own loop lag and CPU during the measured requests."
     )
+    goodput: Goodput | None = Field(
+        None, description="Requests that met the profile's service levels (when it sets them)."
+    )
 
     @field_serializer("records")
     def _store_records(self, records: list[RequestRecord]) -> list[dict[str, Any]]:
@@ -264,10 +317,18 @@ class LevelData(BaseModel):
         return value
 
     @classmethod
-    def from_run(cls, level: LevelRun, repeat: int = 0, spec: SpecStats | None = None) -> LevelData:
-        """Keep a level's raw records (token times to the microsecond) with its metrics."""
+    def from_run(
+        cls,
+        level: LevelRun,
+        repeat: int = 0,
+        spec: SpecStats | None = None,
+        slo: Slo | None = None,
+    ) -> LevelData:
+        """Keep a level's raw records (token times to the microsecond) with its metrics
+        (and its goodput, given service levels)."""
         level = dataclasses.replace(level, records=[quantized(r) for r in level.records])
         return cls(
+            goodput=goodput(level, slo) if slo is not None else None,
             spec=spec,
             concurrency=level.concurrency,
             repeat=repeat,

@@ -146,6 +146,23 @@ class WorkloadSpec(_Strict):
         return self
 
 
+class Slo(_Strict):
+    """Service levels a request must meet to count as good; goodput counts those
+    (README 'Service levels and goodput')."""
+
+    ttft_s: float | None = Field(None, gt=0, description="Most seconds to the first token.")
+    tpot_s: float | None = Field(
+        None, gt=0, description="Most seconds per output token after the first."
+    )
+    latency_s: float | None = Field(None, gt=0, description="Most seconds end to end.")
+
+    @model_validator(mode="after")
+    def _something_set(self) -> Slo:
+        if self.ttft_s is None and self.tpot_s is None and self.latency_s is None:
+            raise ValueError("set at least one of ttft_s, tpot_s, latency_s")
+        return self
+
+
 class DegeneracyLimits(_Strict):
     """Thresholds of the degeneracy detectors (calibrated per profile on real output)."""
 
@@ -378,6 +395,11 @@ class Profile(_Strict):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     workload: WorkloadSpec
     gate: GateSpec = Field(default_factory=GateSpec)
+    slo: Slo | None = Field(
+        None,
+        description="Service levels: with them every level reports the share of requests "
+        "that met them (slo_met) and goodput tok/s, both gated.",
+    )
     correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)
     docker: DockerSpec | None = Field(None, description="Settings of the docker launcher.")
     ssh: SshSpec | None = Field(None, description="Settings of the ssh launcher.")

@@ -33,7 +33,7 @@ from perfgate.client.monitor import timing_warning
 from perfgate.diagnose import Diagnosis, diagnose
 from perfgate.engines import Engine, Facts, get_engine
 from perfgate.errors import BackendError, BaselineError, ProfileError, WorkloadError
-from perfgate.figures import CHOSEN, run_values, unknown_figures
+from perfgate.figures import CHOSEN, SLO_FIGURES, run_values, unknown_figures
 from perfgate.gate import GatePolicy, Verdicts, choose_baseline
 from perfgate.golden import (
     GoldenOutputs,
@@ -84,6 +84,9 @@ class GateOptions:
     hardware: str | None = None  # the serving host's key where perfgate cannot read it
     allow_no_baseline: bool = False  # skip instead of failing where no baseline applies
     accept_golden: bool = False  # recording may replace golden outputs that changed
+
+
+SLO_NAMES = tuple(f.name for f in SLO_FIGURES)  # gated whenever a profile sets [slo]
 
 
 class PerfgateSession:
@@ -193,7 +196,7 @@ class PerfgateSession:
             false_failure_rate=gate.false_failure_rate,
             retired=tuple(gate.retired),
             recording=self.update_baselines,
-            figures=tuple(gate.figures),
+            figures=tuple(gate.figures) + (SLO_NAMES if self.profile.slo else ()),
         )
 
     def planned(self) -> dict[str, list[int]]:
@@ -509,7 +512,7 @@ class PerfgateSession:
 
         def on_level(level: LevelRun, repeat: int) -> None:
             self.view.close_shown()
-            data = LevelData.from_run(level, repeat, spec=spec_window.close())
+            data = LevelData.from_run(level, repeat, spec=spec_window.close(), slo=self.profile.slo)
             measurement.levels.append(data)
             self._check_output_lengths(data)
             m = data.metrics
@@ -621,7 +624,9 @@ class PerfgateSession:
             self.view.close_shown()
             batch = records[first:]
             run = LevelRun(concurrency=1, records=batch, start=batch[0].start, end=batch[-1].end)
-            measurement.levels.append(LevelData.from_run(run, repeat, spec=spec_window.close()))
+            measurement.levels.append(
+                LevelData.from_run(run, repeat, spec=spec_window.close(), slo=self.profile.slo)
+            )
             self._check_output_lengths(measurement.levels[-1])
             self.save_run()
             return measurement.levels
