@@ -32,14 +32,14 @@ async def test_a_quiet_loop_shows_little_lag():
 
 
 def test_the_warning_names_the_levels_and_the_likely_reason():
-    assert timing_warning("sweep", [(1, stats(0.3, 0.05)), (2, stats(1.9, 0.05))]) is None
+    assert timing_warning("sweep", [("C=1", stats(0.3, 0.05)), ("C=2", stats(1.9, 0.05))]) is None
     starved = timing_warning(
-        "sweep", [(1, stats(2.4, 0.04)), (1, stats(2.2, 0.03)), (4, stats(1, 0.1))]
+        "sweep", [("C=1", stats(2.4, 0.04)), ("C=1", stats(2.2, 0.03)), ("C=4", stats(1, 0.1))]
     )
     assert starved is not None
     assert starved.startswith(
         "sweep: the harness's timing error passed 2 ms in 2 of 3 level runs (C=1;"
     )
     assert "left without a CPU" in starved and "UNTRUSTED" in starved
-    busy = timing_warning("sweep", [(256, stats(12, 0.95))])
+    busy = timing_warning("sweep", [("C=256", stats(12, 0.95))])
     assert busy is not None and "workload.client_processes" in busy

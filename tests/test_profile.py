@@ -197,3 +197,34 @@ def test_a_shared_prefix_needs_a_prefix_shorter_than_the_prompt(tmp_path, worklo
         str(write(tmp_path, VALID.format(name="p").replace("input_len = 8", good))), tmp_path
     )
     assert profile.workload.prefix_len == 7
+
+
+def test_the_seeds_preset_fills_the_sweep_shape_and_own_settings_win(tmp_path):
+    text = VALID.format(name="p").replace(
+        "input_len = 8\noutput_len = 4\nlevels = [1, 2]", 'preset = "seeds"'
+    )
+    w = load_profile(str(write(tmp_path, text)), tmp_path).workload
+    assert (w.input_len, w.output_len, w.levels) == (1000, 500, [1, 2, 4, 8, 16, 32, 64, 100])
+    own = text.replace('preset = "seeds"', 'preset = "seeds"\noutput_len = 64')
+    assert load_profile(str(write(tmp_path, own)), tmp_path).workload.output_len == 64
+    bad = text.replace('"seeds"', '"sharegpt"')
+    with pytest.raises(ProfileError, match=r"workload\.preset"):
+        load_profile(str(write(tmp_path, bad)), tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("workload", "message"),
+    [
+        ('prompts = "dataset"', "needs dataset = a JSONL path or a shipped one"),
+        ('dataset = "x.jsonl"', 'dataset applies to prompts = "dataset" only'),
+        (
+            'prompts = "dataset"\ndataset = "x.jsonl"\nrange_ratio = 0.5',
+            "range_ratio does not apply to dataset prompts",
+        ),
+        ("range_ratio = 1.0", r"workload\.range_ratio"),
+    ],
+)
+def test_dataset_and_spread_settings_are_checked(tmp_path, workload, message):
+    text = VALID.format(name="p").replace("input_len = 8", f"input_len = 8\n{workload}")
+    with pytest.raises(ProfileError, match=message):
+        load_profile(str(write(tmp_path, text)), tmp_path)

@@ -157,3 +157,109 @@ def test_goodput_under_a_ttft_service_level_falls_when_the_prefix_cache_is_off(t
     assert checks["sweep.c2.slo_met"]["verdict"] == "regressed", out
     assert checks["sweep.c2.goodput_tok_s"]["verdict"] == "regressed", out
     assert "SLO met" in out and "Goodput tok/s" in out  # the chosen figures' table
+
+
+def test_spread_dataset_and_shared_prefix_lengths_are_exact_on_the_real_server(tmp_path):
+    """Every prompt the server receives is as long as planned (usage.prompt_tokens) and
+    streams as many tokens as its request asked for: lengths spread ±50%, prompts from the
+    shipped dataset with their replies' lengths, and shared-prefix prompts."""
+    from perfgate.workers import SequentialClient
+    from tests.test_engine_llamacpp import session_for, small_profile
+
+    profile = small_profile()
+    w = profile.workload
+    workloads = {
+        "spread": w.model_copy(update={"range_ratio": 0.5}),
+        "dataset": w.model_copy(
+            update={"prompts": "dataset", "dataset": "perfgate:conversations",
+                    "input_len": 400, "output_len": 160}
+        ),
+        "shared-prefix": w.model_copy(
+            update={"prompts": "shared-prefix", "input_len": 200, "prefix_len": 160}
+        ),
+    }  # fmt: skip
+    session = session_for(profile, tmp_path)
+    try:
+        backend = session.start_backend()
+        for name, workload in workloads.items():
+            session.profile = profile.model_copy(update={"workload": workload})
+            prompts = session._prompts("sweep", 2, 0, 10)
+            client = SequentialClient(backend.base_url, session.plan())
+            try:
+                records = [client.send(p.text, p.output_len) for p in prompts]
+            finally:
+                client.close()
+            assert all(r.ok for r in records), [r.error for r in records]
+            sent = [(p.tokens, p.output_len or workload.output_len) for p in prompts]
+            got = [(r.prompt_tokens, r.completion_tokens) for r in records]
+            assert got == sent, name
+            if name != "shared-prefix":  # lengths vary, in and out
+                assert len({n for n, _ in sent}) > 2 and len({n for _, n in sent}) > 2, sent
+            if name == "spread":  # 48 in / 16 out, ±50%
+                assert all(24 <= n <= 72 and 8 <= m <= 24 for n, m in sent), sent
+    finally:
+        session.stop_backend()
+
+
+RATE = {
+    **TINY,
+    'name = "tiny"': 'name = "rate"',
+    "rounds = 1": "rounds = 1\nrates = [2, 30]\nrate_requests = 16",
+}
+
+
+def _rate_levels(out: Path) -> dict[float, list[dict]]:
+    [run] = (out / "runs").glob("*.json")
+    levels: dict[float, list[dict]] = {}
+    for level in json.loads(run.read_text())["measurements"]["rate"]["levels"]:
+        levels.setdefault(level["rate"], []).append(level["metrics"])
+    return levels
+
+
+def _rate(profile: Path, baselines: Path, out: Path, *extra: str):
+    return run_pytest(
+        "-m",
+        "perf",
+        "suites/perf/test_perf.py::test_request_rate",
+        f"--profile={profile}",
+        f"--override-ini=perfgate_baselines_dir={baselines}",
+        f"--perf-output={out}",
+        *extra,
+    )
+
+
+def test_request_rates_count_queueing_from_the_schedule_and_report_the_clients_lag(tmp_path):
+    """Open loop on the real server (it answers about 7 requests a second here): at 2
+    requests a second each request is answered in a quarter second; at 30 a second all 16
+    are sent on time (client delay p99 well under 50 ms) and their latency holds the
+    server's queue, seconds long. With at most 2 in flight the queue is the client's:
+    requests leave late, the run says the client fell behind its schedule, and latency
+    still counts from the scheduled time."""
+    profile = profile_toml(RATE, tmp_path)
+    baselines = tmp_path / "baselines"
+    record = _rate(profile, baselines, tmp_path / "rec", "--update-baselines")
+    out = record.stdout + record.stderr
+    assert record.returncode == 0, out
+    assert "perfgate: rate 30 req/s run 1: 16 requests" in out and "Rate |" in out
+    levels = _rate_levels(tmp_path / "rec")
+    slow = max(m["latency_s"]["p50"] for m in levels[2.0])
+    for m in levels[30.0]:
+        assert m["client_delay_s"]["p99"] < 0.05  # sent on schedule
+        assert m["latency_s"]["p90"] > 3 * slow  # ... and queued in the server
+        assert m["latency_s"]["p90"] > m["latency_s"]["p50"] > slow
+    recorded = json.loads(next((baselines / "rate").glob("cpu-*[!n].json")).read_text())
+    assert "rate.r30.agg_tok_s" in recorded["metrics"] and "rate.r2.ttft_s" in recorded["metrics"]
+    again = _rate(profile, baselines, tmp_path / "again")
+    assert "rate.r30.agg_tok_s" in _checks(tmp_path / "again"), again.stdout + again.stderr
+    (tmp_path / "capped").mkdir()
+    capped = profile_toml(
+        {**RATE, "rate_requests = 16": "rate_requests = 16\nmax_in_flight = 2"}, tmp_path / "capped"
+    )
+    held = _rate(capped, baselines, tmp_path / "held")
+    out = held.stdout + held.stderr
+    assert "rate 30 req/s: the client fell behind its schedule" in out, out
+    assert "all 2 requests in flight allowed (workload.max_in_flight) were busy" in out
+    for m in _rate_levels(tmp_path / "held")[30.0]:
+        assert m["client_delay_s"]["p99"] > 0.5  # held back in the client
+        assert m["latency_s"]["p99"] > m["client_delay_s"]["p99"]  # and counted in latency
+    assert again.returncode in (0, 1)  # (its verdicts are the noise's business)

@@ -46,7 +46,8 @@ from perfgate.metrics import Distribution, LevelData, LevelMetrics, Measurement
 from perfgate.stats import Direction
 
 KEY_PATTERN = re.compile(
-    r"^(?P<measurement>[a-z][a-z0-9_]*)\.c(?P<c>[1-9][0-9]*)\.(?P<figure>\w+)$"
+    r"^(?P<measurement>[a-z][a-z0-9_]*)\."
+    r"(?:c(?P<c>[1-9][0-9]*)|r(?P<r>[0-9]+(?:\.[0-9]+)?))\.(?P<figure>\w+)$"
 )
 
 
@@ -205,9 +206,21 @@ def judged_figures(chosen: Collection[str] = ()) -> tuple[Figure, ...]:
     return (*FIGURES, *(f for f in CHOSEN if f.name in chosen))
 
 
-def figure_key(measurement: str, concurrency: int, figure: str) -> str:
-    """The key of one gated figure, e.g. ``sweep.c4.agg_tok_s``."""
-    return f"{measurement}.c{concurrency}.{figure}"
+def level_tag(level: int | float) -> str:
+    """A level in a figure key: ``c4`` (concurrency 4), ``r2.5`` (2.5 requests a second,
+    open loop)."""
+    return f"r{level:g}" if isinstance(level, float) else f"c{level}"
+
+
+def level_name(level: int | float) -> str:
+    """A level in words: ``C=4``, ``2.5 req/s``."""
+    return f"{level:g} req/s" if isinstance(level, float) else f"C={level}"
+
+
+def figure_key(measurement: str, concurrency: int | float, figure: str) -> str:
+    """The key of one gated figure, e.g. ``sweep.c4.agg_tok_s``, ``rate.r2.ttft_p99_s``
+    (a float level is a request rate)."""
+    return f"{measurement}.{level_tag(concurrency)}.{figure}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,26 +228,27 @@ class Key:
     """A parsed figure key."""
 
     measurement: str
-    concurrency: int
+    concurrency: int | float  # the level: a concurrency, or a request rate (a float)
     figure: Figure
 
 
 def parse_key(key: str) -> Key:
-    """Split a key into measurement, concurrency and figure (ValueError when unknown)."""
+    """Split a key into measurement, level and figure (ValueError when unknown)."""
     match = KEY_PATTERN.match(key)
     if not match or match["figure"] not in BY_NAME:
         raise ValueError(
-            f"unknown figure {key!r}: keys are <measurement>.c<C>.<figure> with figure one "
-            f"of {', '.join(BY_NAME)}"
+            f"unknown figure {key!r}: keys are <measurement>.c<C>.<figure> (or .r<rate>. "
+            f"for a request rate) with figure one of {', '.join(BY_NAME)}"
         )
-    return Key(match["measurement"], int(match["c"]), BY_NAME[match["figure"]])
+    level = int(match["c"]) if match["c"] else float(match["r"])
+    return Key(match["measurement"], level, BY_NAME[match["figure"]])
 
 
 def level_values(
     measurement: str, runs: list[LevelData], chosen: Collection[str] = ()
 ) -> dict[str, list[float]]:
     """Per-run values of every figure one level produced (the ``chosen`` ones too)."""
-    c = runs[0].concurrency
+    c = runs[0].level
     out = {}
     for figure in judged_figures(chosen):
         if values := figure.run_values(runs):
@@ -250,6 +264,8 @@ def measurement_values(
     levels = measurement.by_concurrency()
     for runs in levels.values():
         out.update(level_values(name, runs, chosen))
+    if any(isinstance(c, float) for c in levels):
+        return out  # request rates: no concurrency to scale with
     c1 = levels.get(1, [])
     for c, runs in levels.items():
         pairs = [(SCALING.value(a), SCALING.value(b)) for a, b in zip(runs, c1, strict=False)]

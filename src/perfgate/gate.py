@@ -17,6 +17,8 @@ from perfgate.baseline import ANY_HARDWARE, Baseline, Check, compare, missing
 from perfgate.figures import (
     BY_NAME,
     figure_key,
+    level_name,
+    level_tag,
     level_values,
     parse_key,
     run_values,
@@ -87,7 +89,7 @@ class GatePolicy:
             if cmp.error is not None and cmp.drift + z * cmp.error >= 0:
                 continue  # this far below is within the recorded noise: measure on
             return (
-                f"early abort at C={run.concurrency}: {key} {value:.4g} {exp.unit} is below "
+                f"early abort at {level_name(run.level)}: {key} {value:.4g} {exp.unit} is below "
                 f"{self.abort_below:.0%} of the baseline {exp.value:.4g} {exp.unit}"
             )
         return None
@@ -162,7 +164,7 @@ class GatePolicy:
             for c, runs in m.by_concurrency().items():
                 if len(runs) < MIN_RECORD_RUNS:
                     problems.append(
-                        f"{name} C={c}: {len(runs)} runs; a baseline needs at least "
+                        f"{name} {level_name(c)}: {len(runs)} runs; a baseline needs at least "
                         f"{MIN_RECORD_RUNS} to measure its noise (--perf-repeats 5)"
                     )
         return problems
@@ -239,8 +241,9 @@ def missing_reason(
         )
     if c not in planned[name]:
         return (
-            f"C={c} is not one of the profile's {name} levels {list(planned[name])}; retire "
-            f'it with gate.retired = ["{name}.c{c}.*"] or re-record the baseline'
+            f"{level_name(c)} is not one of the profile's {name} levels "
+            f'{list(planned[name])}; retire it with gate.retired = ["{name}.{level_tag(c)}.*"] '
+            "or re-record the baseline"
         )
     m = measurements.get(name)
     if m is None:
@@ -250,7 +253,7 @@ def missing_reason(
         )
     if c in m.not_run or c not in m.by_concurrency():
         why = f"; {m.aborted}" if m.aborted else ""
-        return f"level C={c} did not run{why}"
+        return f"level {level_name(c)} did not run{why}"
     figure = BY_NAME[parsed.figure.name]
     assert figure_key(name, c, figure.name) == key
-    return f"level C={c} ran but produced no {figure.name}: {figure.absent_when}"
+    return f"level {level_name(c)} ran but produced no {figure.name}: {figure.absent_when}"

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from perfgate.baseline import Check
 from perfgate.errors import PerfgateError
-from perfgate.figures import BY_NAME, parse_key
+from perfgate.figures import BY_NAME, level_name, parse_key
 from perfgate.plots import require_matplotlib
 from perfgate.report import RunRecord
 from perfgate.stats import Direction
@@ -354,7 +354,7 @@ def _label(key: str) -> str:
         parsed = parse_key(key)
     except ValueError:
         return key
-    return f"{parsed.measurement} C={parsed.concurrency}"
+    return f"{parsed.measurement} {level_name(parsed.concurrency)}"
 
 
 def plot_history(

@@ -30,6 +30,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, Literal
 
+from perfgate.arrivals import Arrival, arrival_offsets
 from perfgate.client import RequestRecord
 from perfgate.client.monitor import HarnessStats, LoopMonitor
 from perfgate.client.stream import Unparsed
@@ -99,7 +100,9 @@ OnProgress = Callable[[Tally], None]
 
 @dataclass
 class LevelRun:
-    """Raw result of one level: its records and its wall-clock window."""
+    """Raw result of one level: its records and its wall-clock window. An open-loop level
+    has its request ``rate``; its ``concurrency`` is its cap on requests in flight (0:
+    none)."""
 
     concurrency: int
     records: list[RequestRecord]
@@ -108,6 +111,7 @@ class LevelRun:
     warmup_records: list[RequestRecord] = field(default_factory=list)
     deadline_hit: bool = False
     harness: HarnessStats | None = None
+    rate: float | None = None
 
     @property
     def wall_s(self) -> float:
@@ -187,10 +191,14 @@ async def _run_requests(
 
 
 def _completed(
-    sent: list[RequestRecord | Unparsed], plan: RequestPlan, on_record: OnRecord | None = None
+    sent: list[RequestRecord | Unparsed],
+    plan: RequestPlan,
+    output_lens: Sequence[int | None],
+    on_record: OnRecord | None = None,
 ) -> list[RequestRecord]:
-    """Parsed and checked records (after the measured time: parsing is not I/O)."""
-    records = [plan.checked(finished(s)) for s in sent]
+    """Parsed and checked records (after the measured time: parsing is not I/O); request
+    ``i`` asked for ``output_lens[i]`` tokens (None: the plan's)."""
+    records = [plan.checked(r, output_lens[r.index]) for r in map(finished, sent)]
     if on_record is not None:
         for record in records:
             on_record(record.index, record)
@@ -240,13 +248,14 @@ async def run_level(
     ``on_measure_start`` runs between the two (e.g. to read server counters);
     ``on_progress`` gets the requests finished so far, every :data:`PROGRESS_EVERY_S`."""
     deadline = clock() + level_timeout_s
-    bodies = [plan.body(p.text) for p in prompts]
+    bodies = [plan.body(p.text, p.output_len) for p in prompts]
+    lens = [p.output_len for p in prompts]
     warm, measured = bodies[:warmup], bodies[warmup:]
     tally = Tally(concurrency)
     tally.begin("warmup", len(warm))
     async with progress_shown(tally, on_progress):
         warm_sent, _ = await _run_requests(workers, plan, warm, concurrency, deadline, clock, tally)
-    warmup_records = _completed(warm_sent, plan)
+    warmup_records = _completed(warm_sent, plan, lens[:warmup])
     if on_measure_start is not None:
         on_measure_start()
     await workers.open(min(concurrency, len(measured)))
@@ -257,7 +266,7 @@ async def run_level(
             sent, deadline_hit = await _run_requests(
                 workers, plan, measured, concurrency, deadline, clock, tally
             )
-    records = _completed(sent, plan, on_record)
+    records = _completed(sent, plan, lens[warmup:], on_record)
     end = max((r.end for r in records), default=start)
     return LevelRun(
         concurrency=concurrency,
@@ -267,6 +276,129 @@ async def run_level(
         warmup_records=warmup_records,
         deadline_hit=deadline_hit,
         harness=monitor.stats(),
+    )
+
+
+@dataclass(frozen=True)
+class RateShape:
+    """How an open-loop level's requests arrive (:mod:`perfgate.arrivals`), and the most
+    allowed in flight (None: no cap; a request due while the cap is full waits in the
+    client, and that wait counts in its latency)."""
+
+    arrival: Arrival = "poisson"
+    burstiness: float = 1.0
+    max_in_flight: int | None = None
+    seed: int = 0
+
+
+OPEN_CONNECTIONS = 8  # connections opened before an uncapped open-loop level's clock
+
+
+async def _run_scheduled(
+    workers: Workers,
+    plan: RequestPlan,
+    bodies: Sequence[bytes],
+    offsets: Sequence[float],
+    cap: int | None,
+    deadline: float,
+    clock: Callable[[], float],
+    tally: Tally | None = None,
+) -> tuple[list[RequestRecord | Unparsed], bool, float]:
+    """The requests, open-loop: request ``i`` is due ``offsets[i]`` after the start,
+    whether or not earlier ones were answered; each takes a free connection (a new one
+    when none is free) and, with a ``cap``, waits for one of ``cap`` slots. Returns the
+    records still to be parsed, whether the deadline cut requests, and the start."""
+    start = clock()
+    sent: list[RequestRecord | Unparsed | None] = [None] * len(bodies)
+    free: list[int] = list(range(min(cap or OPEN_CONNECTIONS, len(bodies))))[::-1]
+    opened = len(free)
+    slots = asyncio.Semaphore(cap) if cap else None
+    deadline_hit = False
+    add = tally.add if tally is not None else None
+
+    async def one(i: int) -> None:
+        nonlocal opened, deadline_hit
+        due = start + offsets[i]
+        if (wait := due - clock()) > 0:
+            await asyncio.sleep(wait)
+        async with slots if slots is not None else contextlib.nullcontext():
+            remaining = deadline - clock()
+            if remaining <= 0:
+                deadline_hit = True
+                now = clock()
+                sent[i] = RequestRecord(
+                    index=i,
+                    start=now,
+                    end=now,
+                    scheduled=due,
+                    error="not run: level deadline exceeded",
+                )
+                return
+            if free:
+                k = free.pop()
+            else:
+                k, opened = opened, opened + 1
+            timeout = min(plan.request_timeout_s, remaining)
+            result = await workers.send(k, bodies[i], index=i, plan=plan, timeout_s=timeout)
+            free.append(k)
+        head = result.record if isinstance(result, Unparsed) else result
+        head.scheduled = due
+        sent[i] = result
+        if add is not None:
+            add(head.error is not None or (head.status or 0) >= 400)
+
+    await asyncio.gather(*(one(i) for i in range(len(bodies))))
+    return [r for r in sent if r is not None], deadline_hit, start
+
+
+async def run_rate_level(
+    workers: Workers,
+    plan: RequestPlan,
+    prompts: Sequence[Prompt],
+    *,
+    rate: float,
+    shape: RateShape,
+    warmup: int,
+    level_timeout_s: float,
+    clock: Callable[[], float] = time.perf_counter,
+    on_record: OnRecord | None = None,
+    on_measure_start: Callable[[], None] | None = None,
+    on_progress: OnProgress | None = None,
+) -> LevelRun:
+    """An open-loop level: ``warmup`` unmeasured requests one at a time, then the rest of
+    ``prompts`` sent at ``rate`` requests a second on ``shape``'s schedule. Latency and
+    TTFT count from each request's scheduled time; the wait before it left is its
+    client delay (``RequestRecord.client_delay``)."""
+    deadline = clock() + level_timeout_s
+    bodies = [plan.body(p.text, p.output_len) for p in prompts]
+    lens = [p.output_len for p in prompts]
+    warm, measured = bodies[:warmup], bodies[warmup:]
+    cap = shape.max_in_flight
+    tally = Tally(cap or 0)
+    tally.begin("warmup", len(warm))
+    async with progress_shown(tally, on_progress):
+        warm_sent, _ = await _run_requests(workers, plan, warm, 1, deadline, clock, tally)
+    warmup_records = _completed(warm_sent, plan, lens[:warmup])
+    if on_measure_start is not None:
+        on_measure_start()
+    await workers.open(min(cap or OPEN_CONNECTIONS, len(measured)))
+    offsets = arrival_offsets(len(measured), rate, shape.arrival, shape.burstiness, seed=shape.seed)
+    tally.begin("measure", len(measured))
+    with collector_paused():
+        async with progress_shown(tally, on_progress), LoopMonitor(clock=clock) as monitor:
+            sent, deadline_hit, start = await _run_scheduled(
+                workers, plan, measured, offsets, cap, deadline, clock, tally
+            )
+    records = _completed(sent, plan, lens[warmup:], on_record)
+    return LevelRun(
+        concurrency=cap or 0,
+        records=records,
+        start=start,
+        end=max((r.end for r in records), default=start),
+        warmup_records=warmup_records,
+        deadline_hit=deadline_hit,
+        harness=monitor.stats(),
+        rate=rate,
     )
 
 
@@ -331,7 +463,7 @@ class ShardPool:
         self.ensure(shards)
         used = self._shards[:shards]
         tally = PooledTally(concurrency, self._counts[:shards])
-        bodies = [plan.body(p.text) for p in prompts]
+        bodies = [(plan.body(p.text, p.output_len), p.output_len) for p in prompts]
         warm, measured = bodies[:warmup], bodies[warmup:]
         deadline = time.perf_counter() + level_timeout_s
         for k, (_, pipe) in enumerate(used):
@@ -417,13 +549,15 @@ async def _shard_loop(pipe: Connection, base_url: str, counts: MutableSequence[i
     async with WireWorkers(base_url) as workers:
         while (job := await asyncio.to_thread(pipe.recv)) is not None:
             try:
-                plan, warm, measured, concurrency, deadline = job
+                plan, warm_share, measured_share, concurrency, deadline = job
+                warm, warm_lens = [b for b, _ in warm_share], [n for _, n in warm_share]
+                measured, lens = [b for b, _ in measured_share], [n for _, n in measured_share]
                 tally = Tally(concurrency, counts)
                 tally.begin("warmup", len(warm))
                 warm_sent, _ = await _run_requests(
                     workers, plan, warm, concurrency, deadline, clock, tally
                 )
-                warm_records = _completed(warm_sent, plan)
+                warm_records = _completed(warm_sent, plan, warm_lens)
                 pipe.send("warm")
                 await asyncio.to_thread(pipe.recv)  # "open"
                 await workers.open(min(concurrency, len(measured)))
@@ -435,16 +569,19 @@ async def _shard_loop(pipe: Connection, base_url: str, counts: MutableSequence[i
                         sent, hit = await _run_requests(
                             workers, plan, measured, concurrency, deadline, clock, tally
                         )
-                pipe.send((warm_records, _completed(sent, plan), monitor.stats(), hit))
+                pipe.send((warm_records, _completed(sent, plan, lens), monitor.stats(), hit))
             except Exception as exc:  # the main process raises it
                 pipe.send(exc)
+
+
+Level = int | float  # a concurrency (closed loop), or a request rate in req/s (open loop)
 
 
 async def run_sweep(
     base_url: str,
     plan: RequestPlan,
-    levels: Sequence[int],
-    prompts_for: Callable[[int, int], Sequence[Prompt]],
+    levels: Sequence[Level],
+    prompts_for: Callable[[Level, int], Sequence[Prompt]],
     *,
     warmup: int,
     level_timeout_s: float,
@@ -454,8 +591,11 @@ async def run_sweep(
     on_measure_start: Callable[[], None] | None = None,
     on_progress: OnProgress | None = None,
     processes: int | Literal["auto"] = "auto",
+    rate_shape: RateShape | None = None,
 ) -> SweepRun:
-    """Run levels in order, each worker on its own connection for the whole sweep.
+    """Run levels in order, each worker on its own connection for the whole sweep. A
+    float level is a request rate, run open-loop on ``rate_shape``'s schedule
+    (:func:`run_rate_level`, in this process).
 
     After each run of a level, ``after_level(concurrency, runs_so_far)`` says what next:
     ``"next"`` level, ``"repeat"`` this level, or ``"stop"`` the sweep (early abort).
@@ -481,7 +621,17 @@ async def run_sweep(
                         "on_measure_start": on_measure_start,
                         "on_progress": on_progress,
                     }
-                    if current > 1 and concurrency > 1:
+                    if isinstance(concurrency, float):
+                        del common["concurrency"]
+                        level = await run_rate_level(
+                            workers,
+                            plan,
+                            prompts,
+                            rate=concurrency,
+                            shape=rate_shape or RateShape(),
+                            **common,
+                        )
+                    elif current > 1 and concurrency > 1:
                         level = await pool.run_level(plan, prompts, shards=current, **common)
                     else:
                         level = await run_level(workers, plan, prompts, **common)

@@ -304,6 +304,17 @@ class LevelData(BaseModel):
     goodput: Goodput | None = Field(
         None, description="Requests that met the profile's service levels (when it sets them)."
     )
+    rate: float | None = Field(
+        None,
+        description="Open loop: requests a second sent on schedule (concurrency is then the "
+        "cap on requests in flight, 0 for none).",
+    )
+
+    @property
+    def level(self) -> int | float:
+        """What identifies the level in its measurement: its request rate (open loop),
+        else its concurrency."""
+        return self.concurrency if self.rate is None else self.rate
 
     @field_serializer("records")
     def _store_records(self, records: list[RequestRecord]) -> list[dict[str, Any]]:
@@ -339,6 +350,7 @@ class LevelData(BaseModel):
             records=level.records,
             metrics=level_metrics(level),
             harness=level.harness,
+            rate=level.rate,
         )
 
     def recomputed(self) -> LevelMetrics:
@@ -358,14 +370,15 @@ class Measurement(BaseModel):
     """A named measurement (``single``, ``sweep``): its level runs (repeats included)."""
 
     levels: list[LevelData] = Field(default_factory=list)
-    not_run: list[int] = Field(default_factory=list)
+    not_run: list[int | float] = Field(default_factory=list)
     aborted: str | None = Field(None, description="Why the sweep stopped early, if it did.")
 
-    def by_concurrency(self) -> dict[int, list[LevelData]]:
-        """Level runs grouped by concurrency, in the order they ran."""
-        groups: dict[int, list[LevelData]] = {}
+    def by_concurrency(self) -> dict[int | float, list[LevelData]]:
+        """Level runs grouped by level (concurrency, or an open-loop level's rate: a
+        float), in the order they ran."""
+        groups: dict[int | float, list[LevelData]] = {}
         for level in self.levels:
-            groups.setdefault(level.concurrency, []).append(level)
+            groups.setdefault(level.level, []).append(level)
         return groups
 
     def recomputed(self) -> Measurement:

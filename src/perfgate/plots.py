@@ -650,13 +650,20 @@ def render_run_plots(
     run: RunRecord, out_dir: Path, stem: str, *, baseline_run: RunRecord | None = None
 ) -> list[Path]:
     """Write a run's PNG plots into ``out_dir`` as ``<stem>.<plot>.png`` (``vs-baseline``
-    only given the baseline's recorded run) and return their paths."""
+    only given the baseline's recorded run) and return their paths. Open-loop
+    measurements (request rates) are left out: their levels are not concurrencies."""
     plt = require_matplotlib()
     out_dir.mkdir(parents=True, exist_ok=True)
-    measurements = {name: m.recomputed() for name, m in run.measurements.items()}
+    # open-loop measurements (request rates) are not drawn against concurrency
+    open_loop = {n for n, m in run.measurements.items() if any(lv.rate for lv in m.levels)}
+    open_loop |= {k.split(".", 1)[0] for k in (c.key for c in run.checks) if ".r" in k}
+    measurements = {
+        name: m.recomputed() for name, m in run.measurements.items() if name not in open_loop
+    }
     for check in run.checks:  # a baseline's measurement this run never ran: still drawn
         name = check.key.split(".", 1)[0]
-        measurements.setdefault(name, Measurement())
+        if name not in open_loop:
+            measurements.setdefault(name, Measurement())
     measurements = _ordered(measurements)
     written = [
         _throughput(plt, run, measurements, out_dir / f"{stem}.throughput.png"),

@@ -95,25 +95,89 @@ class Timeouts(_Strict):
     stop_grace_s: float = Field(10.0, gt=0, description="SIGTERM to SIGKILL.")
 
 
+# Workload shapes shipped by name (``workload.preset``); a profile's own settings win.
+PRESETS: dict[str, dict[str, object]] = {
+    # the seeds' sweep: the shape that found a 4x speculative-decoding regression
+    "seeds": {"input_len": 1000, "output_len": 500, "levels": [1, 2, 4, 8, 16, 32, 64, 100]},
+}
+
+
 class WorkloadSpec(_Strict):
     """The measured workload: prompt and output lengths and concurrency levels."""
+
+    preset: Literal["seeds"] | None = Field(
+        None,
+        description="A shipped workload shape whose settings apply where the profile sets "
+        "none: 'seeds' = levels 1, 2, 4, ..., 64, 100 with 1000 tokens in and 500 out.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: object) -> object:
+        if isinstance(data, dict) and isinstance(name := data.get("preset"), str):
+            return {**PRESETS.get(name, {}), **data}
+        return data
 
     api: Literal["completions", "chat"] = Field(
         "completions", description="Endpoint measured: /v1/completions or /v1/chat/completions."
     )
-    input_len: int = Field(gt=0, description="Prompt length in tokens, as the server counts.")
-    output_len: int = Field(gt=0, description="Output length in tokens, forced with ignore_eos.")
-    prompts: Literal["random", "shared-prefix"] = Field(
+    input_len: int = Field(
+        gt=0,
+        description="Prompt length in tokens, as the server counts (dataset prompts: the "
+        "longest one sent).",
+    )
+    output_len: int = Field(
+        gt=0,
+        description="Output length in tokens, forced with ignore_eos (dataset prompts: the "
+        "most one asks for).",
+    )
+    prompts: Literal["random", "shared-prefix", "dataset"] = Field(
         "random",
         description="random: seeded words, no two prompts share a prefix; shared-prefix: "
         "every prompt of a level run starts with the same prefix_len tokens (a long common "
-        "system prompt) and ends with its own words (exercises a prefix cache).",
+        "system prompt) and ends with its own words (exercises a prefix cache); dataset: "
+        "first user turns of a ShareGPT-style JSONL file, each asking for as many tokens "
+        "as its reply there had.",
     )
     prefix_len: int | None = Field(
         None, gt=0, description="Tokens of the common prefix (shared-prefix prompts only)."
     )
+    dataset: str | None = Field(
+        None,
+        description="The dataset of prompts = 'dataset': a JSONL path (relative to the "
+        "project root) or a shipped one, e.g. 'perfgate:conversations'.",
+    )
+    range_ratio: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Spread of lengths: each request's input and output length drawn "
+        "uniformly (seeded) from len x [1 - r, 1 + r]; 0: every request exactly "
+        "input_len and output_len.",
+    )
     levels: list[int] = Field(min_length=1, description="Concurrency levels of the sweep.")
     rounds: int = Field(3, ge=1, description="Measured requests per level = rounds x concurrency.")
+    rates: list[float] = Field(
+        default_factory=list,
+        description="Request rates (requests a second) of the open-loop measurement 'rate' "
+        "(suites/perf test_request_rate): requests sent on schedule whether or not earlier "
+        "ones were answered; latency counts from the scheduled time.",
+    )
+    arrival: Literal["poisson", "gamma", "constant"] = Field(
+        "poisson", description="How open-loop requests arrive: Poisson, gamma, or evenly."
+    )
+    burstiness: float = Field(
+        1.0,
+        gt=0,
+        description="Gamma arrivals' shape: below 1 burstier than Poisson, above 1 more even.",
+    )
+    max_in_flight: int | None = Field(
+        None,
+        ge=1,
+        description="Open loop: most requests in flight; one due while all are busy waits "
+        "in the client, and that wait counts in its latency (None: no cap).",
+    )
+    rate_requests: int = Field(32, ge=1, description="Measured requests per request rate.")
     single_requests: int = Field(5, ge=1, description="Sequential single-request measurements.")
     warmup: int = Field(1, ge=0, description="Warmup requests before each level (unmeasured).")
     seed: int = Field(0, description="Seed of the random prompts.")
@@ -123,6 +187,13 @@ class WorkloadSpec(_Strict):
         "many for the next levels whenever one could not keep up (its event loop lagging, "
         "or above 60% of a core), up to the host's cores less one.",
     )
+
+    @field_validator("rates")
+    @classmethod
+    def _rates_positive_ascending(cls, rates: list[float]) -> list[float]:
+        if any(r <= 0 for r in rates) or rates != sorted(set(rates)):
+            raise ValueError("rates must be > 0 and strictly ascending, e.g. [1, 2, 4]")
+        return rates
 
     @field_validator("levels")
     @classmethod
@@ -143,6 +214,16 @@ class WorkloadSpec(_Strict):
                 )
         elif self.prefix_len is not None:
             raise ValueError('prefix_len applies to prompts = "shared-prefix" only')
+        if self.prompts == "dataset":
+            if not self.dataset:
+                raise ValueError(
+                    'prompts = "dataset" needs dataset = a JSONL path or a shipped one, '
+                    'e.g. dataset = "perfgate:conversations"'
+                )
+            if self.range_ratio:
+                raise ValueError("range_ratio does not apply to dataset prompts (their own)")
+        elif self.dataset is not None:
+            raise ValueError('dataset applies to prompts = "dataset" only')
         return self
 
 

@@ -206,6 +206,11 @@ def _num(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def _level_title(data: Measurement) -> str:
+    """The level column's title: C (concurrency), or Rate (requests a second, open loop)."""
+    return "Rate" if any(lv.rate is not None for lv in data.levels) else "C"
+
+
 def chosen_table(
     measurement: str, data: Measurement, baseline: Baseline | None, chosen: Collection[str]
 ) -> str:
@@ -216,14 +221,14 @@ def chosen_table(
     if not figures:
         return ""
     expected = baseline.metrics if baseline else {}
-    cells = [f"{'C':>4}"]
+    cells = [f"{_level_title(data):>4}"]
     for f in figures:
         cells.append(f"{f.title:>14}" + (f" | {'Base':>10} | {'Δ%':>6}" if baseline else ""))
     lines = [" | ".join(cells)]
     lines.append("-" * len(lines[0]))
     levels = data.by_concurrency()
     for c in sorted(levels):
-        cells = [f"{c:>4}"]
+        cells = [f"{c:>4g}"]
         for f in figures:
             values = f.run_values(levels[c])
             value = median(values) if values else None
@@ -252,7 +257,7 @@ def render_table(
     expected = {k: e.value for k, e in baseline.metrics.items()} if baseline else {}
     rows = table_rows(measurement, data, expected)
     spec = any(row["accept_rate"] is not None for row in rows)
-    header = HEADER + f" | {'Runs':>4} | {'Lag(ms)':>7}"
+    header = f"{_level_title(data):>4}" + HEADER[4:] + f" | {'Runs':>4} | {'Lag(ms)':>7}"
     if baseline:
         header += "".join(f" | {'Base ' + f.title:>15} | {'Δ%':>6}" for f in MAIN)
     if spec:
@@ -261,9 +266,9 @@ def render_table(
     for row in rows:
         c = row["concurrency"]
         if row["not_run"]:
-            lines.append(f"{c:>4} | {'not run':>10} |")
+            lines.append(f"{c:>4g} | {'not run':>10} |")
             continue
-        line = f"{c:>4} | " + " | ".join(
+        line = f"{c:>4g} | " + " | ".join(
             _fmt(_num(row[f.name]), WIDTHS[f.name], DECIMALS[f.name]) for f in MAIN
         )
         lag = _num(row["lag_ms"])

@@ -30,10 +30,11 @@ from perfgate.baseline import (
 )
 from perfgate.client import RequestRecord
 from perfgate.client.monitor import timing_warning
+from perfgate.dataset import Conversation, load_conversations
 from perfgate.diagnose import Diagnosis, diagnose
 from perfgate.engines import Engine, Facts, get_engine
 from perfgate.errors import BackendError, BaselineError, ProfileError, WorkloadError
-from perfgate.figures import CHOSEN, SLO_FIGURES, run_values, unknown_figures
+from perfgate.figures import CHOSEN, SLO_FIGURES, level_name, run_values, unknown_figures
 from perfgate.gate import GatePolicy, Verdicts, choose_baseline
 from perfgate.golden import (
     GoldenOutputs,
@@ -52,7 +53,15 @@ from perfgate.history import (
 )
 from perfgate.launch import AttachedBackend, Backend, launch
 from perfgate.live import ProgressView
-from perfgate.load import Decision, LevelRun, RoundRunner, Tally, plain_rounds, run_sweep
+from perfgate.load import (
+    Decision,
+    LevelRun,
+    RateShape,
+    RoundRunner,
+    Tally,
+    plain_rounds,
+    run_sweep,
+)
 from perfgate.metrics import LevelData, Measurement
 from perfgate.observe import SpecWindow, read_facts, rejected_extras, short_outputs
 from perfgate.plots import PlotsUnavailable, load_baseline_run, render_run_plots
@@ -67,6 +76,8 @@ from perfgate.workload import (
     WordCosts,
     approximate_prompts,
     build_prompts,
+    dataset_prompts,
+    drawn_lengths,
     word_cost_counts,
     word_costs,
 )
@@ -86,6 +97,7 @@ class GateOptions:
     accept_golden: bool = False  # recording may replace golden outputs that changed
 
 
+BEHIND_SCHEDULE_S = 0.010  # an open-loop level whose requests left later than this is behind
 SLO_NAMES = tuple(f.name for f in SLO_FIGURES)  # gated whenever a profile sets [slo]
 
 
@@ -147,6 +159,8 @@ class PerfgateSession:
         # the twin's greedy outputs of (prompts, max_tokens), when a twin check is selected
         self.twin_request: tuple[list[str], int] | None = None
         self._chat_countable: bool | None = None  # whether chat prompts can be counted
+        self._conversations: list[Conversation] | None = None  # the dataset, once read
+        self._dataset_counts: dict[str, tuple[int, int]] = {}  # its prompts' and replies' tokens
         self._word_costs: WordCosts | None = None  # prompt words' token costs, counted once
         self._twin_result: Greedy | str | None = None  # the twin's outputs, or why none
         self.backend_error: BackendError | None = None
@@ -199,9 +213,13 @@ class PerfgateSession:
             figures=tuple(gate.figures) + (SLO_NAMES if self.profile.slo else ()),
         )
 
-    def planned(self) -> dict[str, list[int]]:
-        """The levels each measurement of the perf suite runs."""
-        return {"single": [1], "sweep": list(self.profile.workload.levels)}
+    def planned(self) -> dict[str, list[int | float]]:
+        """The levels each measurement of the perf suite runs (``rate``: request rates)."""
+        w = self.profile.workload
+        planned: dict[str, list[int | float]] = {"single": [1], "sweep": list(w.levels)}
+        if w.rates:
+            planned["rate"] = [float(r) for r in w.rates]
+        return planned
 
     def record_command(self) -> str:
         """The command that records a baseline for this profile here."""
@@ -319,6 +337,9 @@ class PerfgateSession:
         forced = "ignore_eos" in self.completion_extras
         if forced:
             return  # short outputs fail their requests (RequestPlan.output_problem)
+        w = self.profile.workload
+        if w.prompts == "dataset" or w.range_ratio:
+            return  # lengths vary by request: no one length to compare with
         if why := short_outputs(data.metrics, self.profile.workload.output_len, forced):
             self.degraded(why)
 
@@ -434,36 +455,79 @@ class PerfgateSession:
         seed = random.Random(f"{w.seed}:{name}:{concurrency}:{repeat}{self.nonce}").getrandbits(32)
         with httpx.Client(base_url=backend.base_url, timeout=30.0) as client:
             why = self._inexact_prompts_reason(client)
-            if why:
-                prompts, note = approximate_prompts(
-                    client,
-                    self.profile.model.name,
-                    count,
-                    w.input_len,
-                    seed,
-                    w.api,
-                    why,
-                    prefix_len=w.prefix_len,
-                )
-                if not any(n.startswith(why) for n in self.run.notes):
-                    self.degraded(note)  # once: later levels' estimates differ slightly
+            run = f"{name} {level_name(concurrency)} run {repeat + 1}"
+            if w.prompts == "dataset":
+                return self._dataset_prompts(client, run, count, seed, why)
+            prompts = self._word_prompts(client, run, count, seed, why)
+            if not w.range_ratio:
                 return prompts
-            tokenizer = Tokenizer(client, self.engine, self.profile.model.name, w.api)
-            if self._word_costs is None:  # counted once a session
-                total = word_cost_counts()
-                with self.view.step("counting prompt words' tokens", total, unit="counts") as t:
-                    self._word_costs = word_costs(tokenizer, on_counted=t.update)
-            label = f"{name} C={concurrency} run {repeat + 1}: checking prompts"
-            with self.view.step(label, count, unit="prompts") as task:
-                return build_prompts(
-                    tokenizer,
-                    count,
-                    w.input_len,
-                    seed,
-                    self._word_costs,
-                    on_counted=task.update,
-                    prefix_len=w.prefix_len,
-                )
+            outputs = drawn_lengths(seed + 1, count, w.output_len, w.range_ratio)
+            return [Prompt(p.text, p.tokens, n) for p, n in zip(prompts, outputs, strict=True)]
+
+    def _word_prompts(
+        self, client: httpx.Client, run: str, count: int, seed: int, why: str
+    ) -> list[Prompt]:
+        """Seeded random-word prompts (shared-prefix ones too): exact where the server can
+        count them, else estimated."""
+        w = self.profile.workload
+        if why:
+            prompts, note = approximate_prompts(
+                client,
+                self.profile.model.name,
+                count,
+                w.input_len,
+                seed,
+                w.api,
+                why,
+                prefix_len=w.prefix_len,
+            )
+            if not any(n.startswith(why) for n in self.run.notes):
+                self.degraded(note)  # once: later levels' estimates differ slightly
+            return prompts
+        tokenizer = Tokenizer(client, self.engine, self.profile.model.name, w.api)
+        if self._word_costs is None:  # counted once a session
+            total = word_cost_counts()
+            with self.view.step("counting prompt words' tokens", total, unit="counts") as t:
+                self._word_costs = word_costs(tokenizer, on_counted=t.update)
+        label = f"{run}: checking prompts"
+        floor = (w.prefix_len or 0) + 1
+        with self.view.step(label, count, unit="prompts") as task:
+            return build_prompts(
+                tokenizer,
+                count,
+                drawn_lengths(seed, count, w.input_len, w.range_ratio, floor),
+                seed,
+                self._word_costs,
+                on_counted=task.update,
+                prefix_len=w.prefix_len,
+            )
+
+    def _dataset_prompts(
+        self, client: httpx.Client, run: str, count: int, seed: int, why: str
+    ) -> list[Prompt]:
+        """Prompts drawn from the profile's dataset, with their replies' lengths."""
+        w = self.profile.workload
+        if why:
+            raise WorkloadError(
+                f"dataset prompts need the server's token counts, and here: {why}; use an "
+                "engine with a tokenize endpoint (llamacpp, vllm), or random prompts"
+            )
+        assert w.dataset is not None
+        if self._conversations is None:  # read once a session
+            self._conversations = load_conversations(w.dataset, self.root)
+        tokenizer = Tokenizer(client, self.engine, self.profile.model.name, w.api)
+        label = f"{run}: counting dataset prompts"
+        with self.view.step(label, count, unit="prompts") as task:
+            return dataset_prompts(
+                tokenizer,
+                self._conversations,
+                count,
+                seed,
+                max_input=w.input_len,
+                max_output=w.output_len,
+                counted=self._dataset_counts,
+                on_counted=task.update,
+            )
 
     def _inexact_prompts_reason(self, client: httpx.Client) -> str:
         """Why prompts of exactly input_len tokens cannot be built here ('' when they can)."""
@@ -479,30 +543,34 @@ class PerfgateSession:
         return f"{self.engine.name} cannot count chat prompts after the chat template"
 
     def measure(
-        self, name: str, levels: Sequence[int], requests_at: Callable[[int], int]
+        self,
+        name: str,
+        levels: Sequence[int | float],
+        requests_at: Callable[[int | float], int],
     ) -> Measurement:
         """Run levels in order with repeats, re-measure inconclusive levels, stop early when
-        far below the baseline. The run JSON is saved after every level run."""
+        far below the baseline. A float level is a request rate, run open-loop on the
+        workload's arrival schedule. The run JSON is saved after every level run."""
         backend = self.start_backend()
-        warmup = self.profile.workload.warmup
+        w = self.profile.workload
+        warmup = w.warmup
         measurement = Measurement()
         self.run.measurements[name] = measurement
         policy = self.policy
         spec_window = SpecWindow(self.engine, backend.base_url)
 
-        run_of = {"repeat": 0}
+        run_of: dict[str, int | float] = {"repeat": 0, "level": 0}
 
         def show_progress(tally: Tally) -> None:
-            label = f"{name} C={tally.concurrency} run {run_of['repeat'] + 1} {tally.phase}"
+            label = f"{name} {level_name(run_of['level'])} run {run_of['repeat'] + 1} {tally.phase}"
             self.view.show(label, tally.total, tally.done, tally.failed, self._rate(tally))
 
         def prompts_for(c: int, repeat: int) -> list[Prompt]:
-            run_of["repeat"] = repeat
+            run_of["repeat"], run_of["level"] = repeat, c
             total = requests_at(c)
             self.progress(
-                f"perfgate: {name} C={c} run {repeat + 1}: {total} requests "
-                f"({self.profile.workload.input_len} in / "
-                f"{self.profile.workload.output_len} out tokens, {warmup} warmup)"
+                f"perfgate: {name} {level_name(c)} run {repeat + 1}: {total} requests "
+                f"({self._lengths_text()}, {warmup} warmup)"
             )
             return self._prompts(name, c, repeat, total + warmup)
 
@@ -515,9 +583,11 @@ class PerfgateSession:
             data = LevelData.from_run(level, repeat, spec=spec_window.close(), slo=self.profile.slo)
             measurement.levels.append(data)
             self._check_output_lengths(data)
+            if data.rate is not None:
+                self._check_schedule(name, data)
             m = data.metrics
             self.progress(
-                f"perfgate: {name} C={m.concurrency}: {m.agg_tok_s:.1f} tok/s agg, "
+                f"perfgate: {name} {level_name(data.level)}: {m.agg_tok_s:.1f} tok/s agg, "
                 f"{m.per_request_tok_s.mean or 0:.1f} tok/s per request, "
                 f"ok {m.ok}, fail {m.fail}, wall {m.wall_s:.1f}s"
                 + (
@@ -540,7 +610,7 @@ class PerfgateSession:
                 return "stop"
             step = policy.after_level(name, done, self.baseline)
             if step == "repeat" and len(runs) >= policy.min_runs:
-                self.progress(f"perfgate: {name} C={c} near its limit; measuring again")
+                self.progress(f"perfgate: {name} {level_name(c)} near its limit; measuring again")
             return step
 
         try:
@@ -558,11 +628,17 @@ class PerfgateSession:
                     on_measure_start=spec_window.open,
                     on_progress=show_progress,
                     processes=self.profile.workload.client_processes,
+                    rate_shape=RateShape(
+                        arrival=w.arrival,
+                        burstiness=w.burstiness,
+                        max_in_flight=w.max_in_flight,
+                        seed=w.seed,
+                    ),
                 )
             )
         except (KeyboardInterrupt, WorkloadError) as exc:  # Ctrl-C or SIGTERM, or no prompts
             self.view.close_shown()
-            ran = {lv.concurrency for lv in measurement.levels}
+            ran = {lv.level for lv in measurement.levels}
             measurement.not_run = [c for c in levels if c not in ran]
             self.save_run()
             if isinstance(exc, KeyboardInterrupt):
@@ -574,19 +650,50 @@ class PerfgateSession:
         measurement.not_run = sweep.not_run
         if measurement.not_run and measurement.aborted:
             measurement.aborted += f"; levels not run: {measurement.not_run}"
-        harness = [(lv.concurrency, lv.harness) for lv in measurement.levels if lv.harness]
+        harness = [(level_name(lv.level), lv.harness) for lv in measurement.levels if lv.harness]
         if (warning := timing_warning(name, harness)) is not None:
             self.degraded(warning)
         self.save_run()
         return measurement
 
+    def _check_schedule(self, name: str, data: LevelData) -> None:
+        """Say when an open-loop level's requests left the client late (p99 of the wait
+        from their scheduled time past :data:`BEHIND_SCHEDULE_S`), and why: the cap on
+        requests in flight was full, or the client itself lagged."""
+        wait = data.metrics.client_delay_s
+        if wait.p99 is None or wait.p99 <= BEHIND_SCHEDULE_S:
+            return
+        cap = self.profile.workload.max_in_flight
+        if cap is not None:
+            why = f"all {cap} requests in flight allowed (workload.max_in_flight) were busy"
+        else:
+            why = "the client could not send on time" + (
+                f" ({data.harness.describe()})" if data.harness else ""
+            )
+        self.degraded(
+            f"{name} {level_name(data.level)}: the client fell behind its schedule: requests "
+            f"left up to {(wait.p99 or 0) * 1000:.0f} ms (p99; mean {(wait.mean or 0) * 1000:.0f}"
+            f" ms) after their scheduled time; {why}. That wait is in their TTFT and latency, "
+            "which count from the scheduled time"
+        )
+
+    def _lengths_text(self) -> str:
+        """The workload's lengths in words, e.g. '128 in / 64 out tokens'."""
+        w = self.profile.workload
+        if w.prompts == "dataset":
+            return f"{w.dataset}, at most {w.input_len} in / {w.output_len} out tokens"
+        spread = f" ±{w.range_ratio:.0%}" if w.range_ratio else ""
+        shared = f", {w.prefix_len} shared" if w.prefix_len else ""
+        return f"{w.input_len}{spread} in{shared} / {w.output_len}{spread} out tokens"
+
     def _rate(self, tally: Tally) -> str:
-        """The phase's rate so far: tokens a second where output lengths are forced (every
-        request streams exactly output_len), else requests a second."""
+        """The phase's rate so far: tokens a second where every request streams exactly
+        output_len (forced, one length), else requests a second."""
         elapsed = time.perf_counter() - tally.started
         if elapsed <= 0 or not tally.done:
             return ""
-        if "ignore_eos" in self.completion_extras:
+        w = self.profile.workload
+        if "ignore_eos" in self.completion_extras and w.prompts != "dataset" and not w.range_ratio:
             return f"≈{tally.done * self.profile.workload.output_len / elapsed:.0f} tok/s"
         return f"{tally.done / elapsed:.2f} req/s"
 
@@ -609,7 +716,8 @@ class PerfgateSession:
         run_of = {"first": 0, "repeat": 0}
 
         def send() -> RequestRecord:
-            return client.send(next(queue).text)
+            prompt = next(queue)
+            return client.send(prompt.text, prompt.output_len)
 
         def one_round() -> None:
             records.append(send())

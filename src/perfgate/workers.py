@@ -36,32 +36,35 @@ class RequestPlan:
     extras: dict[str, Any] = field(default_factory=dict)
     reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning")
 
-    def body(self, prompt: str) -> bytes:
-        """The encoded body of one request."""
+    def body(self, prompt: str, output_len: int | None = None) -> bytes:
+        """The encoded body of one request (``output_len``: this request's own, else the
+        plan's)."""
         return encode_body(
-            request_body(self.api, self.model, prompt, self.output_len, **self.extras)
+            request_body(self.api, self.model, prompt, output_len or self.output_len, **self.extras)
         )
 
-    def output_problem(self, record: RequestRecord) -> str | None:
+    def output_problem(self, record: RequestRecord, output_len: int | None = None) -> str | None:
         """Why a completed request's output does not count (None: it does).
 
         A finish reason other than stop or length (e.g. ``abort``) fails; so does an
-        output shorter than asked when ``ignore_eos`` forced the length.
+        output shorter than asked (``output_len``, else the plan's) when ``ignore_eos``
+        forced the length.
         """
         if not record.ok:
             return None
         if record.finish_reason not in ("stop", "length"):
             return f"finish_reason {record.finish_reason!r} (expected stop or length)"
-        if self.extras.get("ignore_eos") and record.output_tokens < self.output_len:
+        asked = output_len or self.output_len
+        if self.extras.get("ignore_eos") and record.output_tokens < asked:
             return (
-                f"short output: {record.output_tokens} of {self.output_len} tokens although "
+                f"short output: {record.output_tokens} of {asked} tokens although "
                 "ignore_eos was sent"
             )
         return None
 
-    def checked(self, record: RequestRecord) -> RequestRecord:
+    def checked(self, record: RequestRecord, output_len: int | None = None) -> RequestRecord:
         """The record, failed where its output does not count."""
-        if (problem := self.output_problem(record)) is not None:
+        if (problem := self.output_problem(record, output_len)) is not None:
             record.error = problem
         return record
 
@@ -196,14 +199,14 @@ class SequentialClient:
         self._workers = WireWorkers(base_url)
         self.sent = 0
 
-    def send(self, prompt: str) -> RequestRecord:
+    def send(self, prompt: str, output_len: int | None = None) -> RequestRecord:
         """One streamed request, its output checked (:meth:`RequestPlan.checked`)."""
         plan = self.plan
         record = finished(
             self._loop.run_until_complete(
                 self._workers.send(
                     0,
-                    plan.body(prompt),
+                    plan.body(prompt, output_len),
                     index=self.sent,
                     plan=plan,
                     timeout_s=plan.request_timeout_s,
@@ -211,7 +214,7 @@ class SequentialClient:
             )
         )
         self.sent += 1
-        return plan.checked(record)
+        return plan.checked(record, output_len)
 
     def close(self) -> None:
         """Close the connection and the event loop."""

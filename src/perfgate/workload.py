@@ -29,6 +29,7 @@ from typing import Protocol
 
 import httpx
 
+from perfgate.dataset import Conversation
 from perfgate.engines import Engine
 from perfgate.engines.base import chat_messages
 from perfgate.errors import WorkloadError
@@ -60,10 +61,12 @@ COUNT_WORKERS = 8  # tokenize requests in flight while building
 
 @dataclass(frozen=True, slots=True)
 class Prompt:
-    """One prompt and its length in tokens (None where the server cannot count)."""
+    """One prompt and its length in tokens (None where the server cannot count), and the
+    output tokens its request asks for (None: the profile's ``output_len``)."""
 
     text: str
     tokens: int | None
+    output_len: int | None = None
 
 
 class Tokenizer:
@@ -271,7 +274,7 @@ def shared_prefix(
 def build_prompts(
     tokenizer: Counter,
     count: int,
-    input_len: int,
+    input_len: int | Sequence[int],
     seed: int,
     costs: WordCosts | None = None,
     workers: int = COUNT_WORKERS,
@@ -282,20 +285,22 @@ def build_prompts(
     ``costs`` (counted here when not given), each checked with one count (``workers``
     at a time; ``on_counted`` hears how many are checked); a plan the server counts
     differently is searched for by counting. With ``prefix_len``, all start with the
-    same :func:`shared_prefix` of that many tokens."""
+    same :func:`shared_prefix` of that many tokens. ``input_len`` may give each prompt
+    its own length."""
     costs = costs or word_costs(tokenizer, workers)
     rng = random.Random(seed)
+    lengths = [input_len] * count if isinstance(input_len, int) else list(input_len)
     prefix = shared_prefix(tokenizer, costs, prefix_len, seed) if prefix_len else None
-    plans = [planned_prompt(costs, rng, input_len, prefix) for _ in range(count)]
+    plans = [planned_prompt(costs, rng, n, prefix) for n in lengths]
     checked = _parallel(tokenizer.count, [p for p in plans if p is not None], workers, on_counted)
     counted = iter(checked)
     prompts = []
-    for i, plan in enumerate(plans):
-        if plan is not None and next(counted) == input_len:
-            prompts.append(Prompt(text=plan, tokens=input_len))
+    for i, (plan, n) in enumerate(zip(plans, lengths, strict=True)):
+        if plan is not None and next(counted) == n:
+            prompts.append(Prompt(text=plan, tokens=n))
         else:
             rng_i = random.Random(f"{seed}:{i}")
-            prompts.append(exact_prompt(tokenizer, rng_i, input_len, prefix[0] if prefix else ""))
+            prompts.append(exact_prompt(tokenizer, rng_i, n, prefix[0] if prefix else ""))
     return prompts
 
 
@@ -350,3 +355,55 @@ def approximate_prompts(
         "usage.prompt_tokens readings); input lengths are approximate"
     )
     return prompts, note
+
+
+def drawn_lengths(seed: int, count: int, length: int, ratio: float, floor: int = 1) -> list[int]:
+    """``count`` lengths drawn uniformly (seeded) from ``length`` x [1 - ratio, 1 + ratio],
+    at least ``floor``; all exactly ``length`` when ``ratio`` is 0."""
+    if ratio <= 0:
+        return [length] * count
+    rng = random.Random(f"{seed}:lengths:{length}")
+    low, high = max(floor, round(length * (1 - ratio))), max(floor, round(length * (1 + ratio)))
+    return [rng.randint(low, high) for _ in range(count)]
+
+
+MAX_DATASET_DRAWS = 20  # conversations looked at per prompt wanted, before giving up
+
+
+def dataset_prompts(
+    tokenizer: Counter,
+    conversations: Sequence[Conversation],
+    count: int,
+    seed: int,
+    *,
+    max_input: int,
+    max_output: int,
+    counted: dict[str, tuple[int, int]],
+    on_counted: Counted | None = None,
+) -> list[Prompt]:
+    """``count`` prompts drawn (seeded, with replacement) from ``conversations``: each the
+    first user turn, asking for as many tokens as the dataset's reply had (at most
+    ``max_output``); prompts longer than ``max_input`` tokens are passed over. Lengths
+    are the server's counts (``counted`` keeps them by conversation id, across calls)."""
+    rng = random.Random(f"{seed}:dataset")
+    empty = counted.setdefault("", (tokenizer.count(""), 0))[0]  # specials and template
+    prompts: list[Prompt] = []
+    for _ in range(count * MAX_DATASET_DRAWS):
+        if len(prompts) == count:
+            break
+        conversation = rng.choice(conversations)
+        turn = conversation.turns[0]
+        if conversation.id not in counted:
+            reply = max(1, tokenizer.count(turn.reply) - empty)
+            counted[conversation.id] = (tokenizer.count(turn.user), reply)
+        tokens, reply = counted[conversation.id]
+        if tokens <= max_input:
+            prompts.append(Prompt(turn.user, tokens, min(reply, max_output)))
+            if on_counted is not None:
+                on_counted(len(prompts))
+    if len(prompts) < count:
+        raise WorkloadError(
+            f"the dataset has too few prompts of at most {max_input} tokens (input_len): "
+            f"{len(prompts)} found in {count * MAX_DATASET_DRAWS} draws; raise input_len"
+        )
+    return prompts

@@ -23,3 +23,13 @@ def test_concurrency_sweep(measure, perf_gate, perfgate_session):
     workload = perfgate_session.profile.workload
     measure("sweep", workload.levels, lambda c: c * workload.rounds)
     perf_gate("sweep")
+
+
+def test_request_rate(measure, perf_gate, perfgate_session):
+    """Open loop: the profile's request rates in order, each request sent on its
+    scheduled time whether or not earlier ones were answered (latency counts from it)."""
+    workload = perfgate_session.profile.workload
+    if not workload.rates:
+        pytest.skip("the profile sets no workload.rates (open-loop request rates)")
+    measure("rate", [float(r) for r in workload.rates], lambda _: workload.rate_requests)
+    perf_gate("rate")

@@ -132,14 +132,15 @@ class LoopMonitor:
         )
 
 
-def timing_warning(measurement: str, levels: list[tuple[int, HarnessStats]]) -> str | None:
-    """One line on the level runs whose timing error passed :data:`LAG_BOUND_S` (None when
-    none did), with the likely reason: a busy client, or a client left without a core."""
+def timing_warning(measurement: str, levels: list[tuple[str, HarnessStats]]) -> str | None:
+    """One line on the level runs (named, e.g. ``C=4``) whose timing error passed
+    :data:`LAG_BOUND_S` (None when none did), with the likely reason: a busy client, or a
+    client left without a core."""
     over = [(c, h) for c, h in levels if h.over_bound]
     if not over:
         return None
     worst = max((h for _, h in over), key=lambda h: h.error_bound_s)
-    where = ", ".join(f"C={c}" for c in dict.fromkeys(c for c, _ in over))
+    where = ", ".join(dict.fromkeys(c for c, _ in over))
     busiest = max(h.cpu_share / h.processes for _, h in over)
     if busiest > 0.6:
         why = (

@@ -54,6 +54,7 @@ class RequestRecord:
     status: int | None = None
     server_timings: dict[str, Any] | None = None
     reconnects: int = 0  # kept connections found closed by the server, retried at once
+    scheduled: float | None = None  # open loop: when the arrival schedule said to send it
 
     @property
     def ok(self) -> bool:
@@ -62,7 +63,11 @@ class RequestRecord:
 
     @property
     def origin(self) -> float:
-        """When the request left: ``sent`` where known, else ``start``."""
+        """Where TTFT and latency count from: an open-loop request's scheduled time (so a
+        wait before sending, client-side or for a free slot, is in them), else when the
+        request left (``sent`` where known, else ``start``)."""
+        if self.scheduled is not None:
+            return self.scheduled
         return self.start if self.sent is None else self.sent
 
     @property
@@ -77,9 +82,12 @@ class RequestRecord:
 
     @property
     def client_delay(self) -> float | None:
-        """Seconds the harness took from starting the request to sending its last byte
-        (connection setup included): not the server's time."""
-        return None if self.sent is None else self.sent - self.start
+        """Seconds the harness took from starting the request (open loop: from its
+        scheduled time) to sending its last byte, connection setup included: the
+        client-side wait, not the server's time."""
+        if self.sent is None:
+            return None
+        return self.sent - (self.start if self.scheduled is None else self.scheduled)
 
     @property
     def output_tokens(self) -> int:

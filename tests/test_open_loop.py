@@ -1,0 +1,102 @@
+"""Open-loop load: seeded arrival schedules (their rates and burstiness checked by
+simulation), and the scheduled runner on a mock server with an exact service time:
+requests leave on schedule whether or not earlier ones were answered, latency counts
+from the scheduled time, and a request held back by the cap on requests in flight
+carries that wait both in its latency and as its client delay."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+
+import pytest
+
+from perfgate.arrivals import arrival_offsets
+from perfgate.load import RateShape, run_rate_level
+from perfgate.metrics import LevelData
+from perfgate.sim import SimConfig, SimProcess
+from perfgate.workers import WireWorkers
+from tests.test_load import PLAN, prompts
+
+
+def _gaps(offsets):
+    return [b - a for a, b in itertools.pairwise(offsets)]
+
+
+@pytest.mark.parametrize(
+    ("arrival", "burstiness", "cv"),
+    [("poisson", 1.0, 1.0), ("gamma", 0.25, 2.0), ("gamma", 4.0, 0.5), ("constant", 1.0, 0.0)],
+)
+def test_arrivals_have_the_asked_rate_and_burstiness(arrival, burstiness, cv):
+    """20,000 gaps: their mean is 1 / rate within 4 standard errors, and their coefficient
+    of variation is 1 / sqrt(burstiness) (1 for Poisson, 0 for evenly spaced)."""
+    n, rate = 20_000, 8.0
+    gaps = _gaps(arrival_offsets(n, rate, arrival, burstiness, seed=3))
+    mean, sd = statistics.fmean(gaps), statistics.pstdev(gaps)
+    assert abs(mean - 1 / rate) <= 4 * (cv / rate) / math.sqrt(n) + 1e-12
+    assert sd / mean == pytest.approx(cv, abs=0.05)
+    assert arrival_offsets(10, rate, arrival, burstiness, seed=3) == arrival_offsets(
+        10, rate, arrival, burstiness, seed=3
+    )
+    assert arrival_offsets(1, rate, arrival, burstiness)[0] == 0.0
+
+
+def test_bad_rates_are_refused():
+    with pytest.raises(ValueError, match="rate must be > 0"):
+        arrival_offsets(3, 0.0)
+    with pytest.raises(ValueError, match="burstiness must be > 0"):
+        arrival_offsets(3, 1.0, "gamma", 0.0)
+
+
+async def _level(rate, cap, n=20):
+    """An open-loop level against the simulator (a real HTTP server here, any number of
+    requests at once, each answered in 0.19 s + 0.01 s per further token: 0.2 s)."""
+    with SimProcess(SimConfig(ttft_s=0.19, itl_s=0.01)) as sim:
+        async with WireWorkers(sim.base_url) as workers:
+            return await run_rate_level(
+                workers,
+                PLAN,
+                prompts(n + 1),
+                rate=rate,
+                shape=RateShape(arrival="constant", max_in_flight=cap),
+                warmup=1,
+                level_timeout_s=30,
+            )
+
+
+def _in_flight_peak(records):
+    events = sorted([(r.sent, 1) for r in records] + [(r.end, -1) for r in records])
+    return max(itertools.accumulate(d for _, d in events))
+
+
+@pytest.mark.asyncio
+async def test_requests_leave_on_schedule_whatever_the_answers():
+    """50 requests a second, each answered in 0.2 s: about 10 in flight, none waits."""
+    level = await _level(rate=50.0, cap=None)
+    records = sorted(level.records, key=lambda r: r.index)
+    assert all(r.ok for r in records) and len(records) == 20
+    assert _in_flight_peak(records) >= 8  # none waited for an answer before sending
+    scheduled = [r.scheduled - records[0].scheduled for r in records]
+    assert scheduled == pytest.approx([i / 50 for i in range(20)], abs=1e-6)
+    delays = [r.client_delay for r in records]
+    assert max(delays) < 0.05  # left on time
+    assert [r.latency for r in records] == pytest.approx([0.2] * 20, abs=0.05)
+    data = LevelData.from_run(level)
+    assert data.rate == 50.0 and data.level == 50.0
+
+
+@pytest.mark.asyncio
+async def test_a_full_cap_holds_requests_back_and_their_latency_counts_the_wait():
+    """The same schedule with at most 2 in flight: the server answers 10 a second while 50
+    are due, so the wait before sending grows request after request, and latency (from
+    the scheduled time) is that wait plus the 0.2 s service."""
+    level = await _level(rate=50.0, cap=2)
+    records = sorted(level.records, key=lambda r: r.index)
+    assert _in_flight_peak(records) == 2
+    for r in records:
+        assert r.latency == pytest.approx(r.client_delay + 0.2, abs=0.05)
+    # request i leaves when a slot frees: at 0.2 * (i // 2); it was due at i / 50
+    expected = [0.2 * (i // 2) - i / 50 for i in range(20)]
+    assert [r.client_delay for r in records] == pytest.approx(expected, abs=0.05)
+    assert records[-1].latency > 1.5  # queueing counted, not hidden
