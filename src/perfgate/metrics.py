@@ -12,6 +12,9 @@ Definitions (also in the README):
   content or reasoning text.
 - **client delay**: the harness's own time from starting a request to sending it
   (connection setup included); not part of TTFT or latency.
+- **open loop** (a request rate): TTFT and latency count from the request's scheduled
+  time instead, so a wait before sending (a full cap, a lagging client) is in them, and
+  the client delay counts from the scheduled time too.
 - **TPOT**: (latency - TTFT) / (output tokens - 1), per request.
 - **ITL**: gaps between consecutive token-bearing chunks, pooled over requests.
 - **end-to-end latency**: sending to the last byte of the response.
