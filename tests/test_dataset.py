@@ -9,7 +9,7 @@ import pytest
 
 from perfgate.dataset import load_conversations, shipped_names
 from perfgate.errors import WorkloadError
-from perfgate.workload import dataset_prompts, drawn_lengths
+from perfgate.workload import conversation_prompts, dataset_prompts, drawn_lengths
 from tests.test_workload import UnevenTokenizer
 
 
@@ -99,3 +99,50 @@ def test_drawn_lengths_spread_uniformly_and_stay_exact_without_a_ratio():
     assert abs(sum(lengths) / len(lengths) - 100) < 0.5  # uniform: mean 100, sd 29 / sqrt(n)
     assert drawn_lengths(7, 100, 10, 0.9, floor=8) == drawn_lengths(7, 100, 10, 0.9, floor=8)
     assert min(drawn_lengths(7, 100, 10, 0.9, floor=8)) >= 8
+
+
+def test_conversations_are_replayed_turn_after_turn_with_their_history(tmp_path):
+    conversations = load_conversations("perfgate:conversations", tmp_path)
+    tok = UnevenTokenizer()
+    prompts = conversation_prompts(tok, conversations, 60, seed=4, max_output=64, counted={})
+    assert len(prompts) == 60
+    assert prompts == conversation_prompts(
+        tok, conversations, 60, seed=4, max_output=64, counted={}
+    )
+    by_first = {c.turns[0].user: c for c in conversations}
+    i = turns = 0
+    while i < len(prompts):  # each conversation: its turns in order, each resending the ones before
+        assert prompts[i].history == ()
+        candidates = [c for c in conversations if c.turns[0].user == prompts[i].text]
+        k = 1
+        while i + k < len(prompts) and prompts[i + k].history:
+            k += 1
+        assert any(
+            len(c.turns) >= k
+            and all(
+                p.text == c.turns[j].user
+                and p.history == tuple((t.user, t.reply) for t in c.turns[:j])
+                for j, p in enumerate(prompts[i : i + k])
+            )
+            for c in candidates
+        ), prompts[i].text
+        turns = max(turns, k)
+        i += k
+    assert turns >= 2 and by_first
+    assert all(1 <= p.output_len <= 64 for p in prompts)
+
+
+def test_history_goes_out_as_messages_or_as_one_transcript():
+    from perfgate.client import request_body
+
+    chat = request_body("chat", "m", "and now?", 8, (("hi", "hello"), ("why", "because")))
+    assert [(m["role"], m["content"]) for m in chat["messages"]] == [
+        ("user", "hi"),
+        ("assistant", "hello"),
+        ("user", "why"),
+        ("assistant", "because"),
+        ("user", "and now?"),
+    ]
+    text = request_body("completions", "m", "and now?", 8, (("hi", "hello"),))
+    assert text["prompt"] == "hi\n\nhello\n\nand now?"
+    assert request_body("chat", "m", "x", 8)["messages"] == [{"role": "user", "content": "x"}]

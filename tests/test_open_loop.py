@@ -100,3 +100,31 @@ async def test_a_full_cap_holds_requests_back_and_their_latency_counts_the_wait(
     expected = [0.2 * (i // 2) - i / 50 for i in range(20)]
     assert [r.client_delay for r in records] == pytest.approx(expected, abs=0.05)
     assert records[-1].latency > 1.5  # queueing counted, not hidden
+
+
+@pytest.mark.asyncio
+async def test_a_conversations_turns_go_in_order_each_after_the_previous_answer():
+    """Closed loop, 2 in flight, 3 conversations of 3, 1 and 4 turns: each worker sends a
+    conversation's turns one after another, every turn after the one before it ended."""
+    from perfgate.load import run_level
+    from perfgate.workload import Prompt
+
+    prompts = []
+    for n in (3, 1, 4):
+        history: tuple[tuple[str, str], ...] = ()
+        for k in range(n):
+            prompts.append(Prompt(f"turn {k}", None, None, history))
+            history = (*history, (f"turn {k}", "reply"))
+    with SimProcess(SimConfig(ttft_s=0.05, itl_s=0.01)) as sim:
+        async with WireWorkers(sim.base_url) as workers:
+            level = await run_level(
+                workers, PLAN, [Prompt("warm", None), *prompts], concurrency=2,
+                warmup=1, level_timeout_s=30,
+            )  # fmt: skip
+    records = sorted(level.records, key=lambda r: r.index)
+    assert all(r.ok for r in records) and len(records) == 8
+    for i, prompt in enumerate(prompts):
+        if prompt.history:  # a later turn: sent after the previous turn's answer ended
+            assert records[i].start >= records[i - 1].end
+    # the two workers overlapped: not everything ran one after another
+    assert any(b.start < a.end for a, b in itertools.pairwise(records))

@@ -216,7 +216,7 @@ def test_the_seeds_preset_fills_the_sweep_shape_and_own_settings_win(tmp_path):
     ("workload", "message"),
     [
         ('prompts = "dataset"', "needs dataset = a JSONL path or a shipped one"),
-        ('dataset = "x.jsonl"', 'dataset applies to prompts = "dataset" only'),
+        ('dataset = "x.jsonl"', 'dataset applies to prompts = "dataset" or "multi-turn" only'),
         (
             'prompts = "dataset"\ndataset = "x.jsonl"\nrange_ratio = 0.5',
             "range_ratio does not apply to dataset prompts",

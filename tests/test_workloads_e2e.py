@@ -263,3 +263,37 @@ def test_request_rates_count_queueing_from_the_schedule_and_report_the_clients_l
         assert m["client_delay_s"]["p99"] > 0.5  # held back in the client
         assert m["latency_s"]["p99"] > m["client_delay_s"]["p99"]  # and counted in latency
     assert again.returncode in (0, 1)  # (its verdicts are the noise's business)
+
+
+def test_multi_turn_conversations_resend_their_history_in_order_on_the_real_server(tmp_path):
+    """Conversations from the shipped dataset through the chat API, 2 in flight: each
+    later turn leaves after the previous turn's answer and the server counts a longer
+    prompt for it (its history resent)."""
+    from tests.test_engine_llamacpp import session_for, small_profile
+
+    profile = small_profile()
+    workload = profile.workload.model_copy(
+        update={
+            "api": "chat",
+            "prompts": "multi-turn",
+            "dataset": "perfgate:conversations",
+            "input_len": 4000,
+            "output_len": 8,
+        }
+    )
+    profile = profile.model_copy(update={"workload": workload})
+    session = session_for(profile, tmp_path)
+    try:
+        session.start_backend()
+        measurement = session.measure("sweep", [2], lambda c: 24)
+        prompts = session._prompts("sweep", 2, 0, 25)[1:]  # the same seeded prompts
+    finally:
+        session.stop_backend()
+    records = sorted(measurement.levels[0].records, key=lambda r: r.index)
+    assert all(r.ok for r in records) and len(records) == 24
+    later = [i for i, p in enumerate(prompts) if p.history and i > 0]
+    assert len(later) >= 3, "the draw should hold conversations of several turns"
+    for i in later:  # turns are consecutive: i - 1 is the same conversation's turn before
+        assert prompts[i].history[-1][0] == prompts[i - 1].text
+        assert records[i].start >= records[i - 1].end
+        assert records[i].prompt_tokens > records[i - 1].prompt_tokens

@@ -159,32 +159,46 @@ async def _run_requests(
     deadline: float,
     clock: Callable[[], float],
     tally: Tally | None = None,
+    continues: Sequence[bool] = (),
 ) -> tuple[list[RequestRecord | Unparsed], bool]:
     """The requests, closed-loop; their records still to be parsed (:func:`_completed`).
-    Each finished request is counted in ``tally``."""
+    Each finished request is counted in ``tally``. A request that ``continues`` the one
+    before it (the next turn of a conversation) is sent by the same worker, after that
+    one ended."""
     sent: list[RequestRecord | Unparsed | None] = [None] * len(bodies)
     next_index = 0
     deadline_hit = False
     add = tally.add if tally is not None else None
 
-    async def worker(k: int) -> None:
-        nonlocal next_index, deadline_hit
-        while next_index < len(bodies):
-            i = next_index
+    def chain() -> list[int]:
+        nonlocal next_index
+        taken = [next_index]
+        next_index += 1
+        while next_index < len(continues) and continues[next_index]:
+            taken.append(next_index)
             next_index += 1
-            remaining = deadline - clock()
-            if remaining <= 0:
-                deadline_hit = True
-                sent[i] = RequestRecord(
-                    index=i, start=clock(), end=clock(), error="not run: level deadline exceeded"
-                )
-                continue
-            timeout = min(plan.request_timeout_s, remaining)
-            result = await workers.send(k, bodies[i], index=i, plan=plan, timeout_s=timeout)
-            sent[i] = result
-            if add is not None:
-                head = result.record if isinstance(result, Unparsed) else result
-                add(head.error is not None or (head.status or 0) >= 400)
+        return taken
+
+    async def worker(k: int) -> None:
+        while next_index < len(bodies):
+            for i in chain():
+                await one(k, i)
+
+    async def one(k: int, i: int) -> None:
+        nonlocal deadline_hit
+        remaining = deadline - clock()
+        if remaining <= 0:
+            deadline_hit = True
+            sent[i] = RequestRecord(
+                index=i, start=clock(), end=clock(), error="not run: level deadline exceeded"
+            )
+            return
+        timeout = min(plan.request_timeout_s, remaining)
+        result = await workers.send(k, bodies[i], index=i, plan=plan, timeout_s=timeout)
+        sent[i] = result
+        if add is not None:
+            head = result.record if isinstance(result, Unparsed) else result
+            add(head.error is not None or (head.status or 0) >= 400)
 
     await asyncio.gather(*(worker(k) for k in range(min(concurrency, len(bodies)))))
     return [r for r in sent if r is not None], deadline_hit
@@ -248,13 +262,16 @@ async def run_level(
     ``on_measure_start`` runs between the two (e.g. to read server counters);
     ``on_progress`` gets the requests finished so far, every :data:`PROGRESS_EVERY_S`."""
     deadline = clock() + level_timeout_s
-    bodies = [plan.body(p.text, p.output_len) for p in prompts]
+    bodies = [plan.body(p.text, p.output_len, p.history) for p in prompts]
     lens = [p.output_len for p in prompts]
+    continues = [bool(p.history) for p in prompts]
     warm, measured = bodies[:warmup], bodies[warmup:]
     tally = Tally(concurrency)
     tally.begin("warmup", len(warm))
     async with progress_shown(tally, on_progress):
-        warm_sent, _ = await _run_requests(workers, plan, warm, concurrency, deadline, clock, tally)
+        warm_sent, _ = await _run_requests(
+            workers, plan, warm, concurrency, deadline, clock, tally, continues[:warmup]
+        )
     warmup_records = _completed(warm_sent, plan, lens[:warmup])
     if on_measure_start is not None:
         on_measure_start()
@@ -264,7 +281,7 @@ async def run_level(
         async with progress_shown(tally, on_progress), LoopMonitor(clock=clock) as monitor:
             start = clock()
             sent, deadline_hit = await _run_requests(
-                workers, plan, measured, concurrency, deadline, clock, tally
+                workers, plan, measured, concurrency, deadline, clock, tally, continues[warmup:]
             )
     records = _completed(sent, plan, lens[warmup:], on_record)
     end = max((r.end for r in records), default=start)
@@ -370,7 +387,7 @@ async def run_rate_level(
     TTFT count from each request's scheduled time; the wait before it left is its
     client delay (``RequestRecord.client_delay``)."""
     deadline = clock() + level_timeout_s
-    bodies = [plan.body(p.text, p.output_len) for p in prompts]
+    bodies = [plan.body(p.text, p.output_len, p.history) for p in prompts]
     lens = [p.output_len for p in prompts]
     warm, measured = bodies[:warmup], bodies[warmup:]
     cap = shape.max_in_flight
@@ -463,7 +480,7 @@ class ShardPool:
         self.ensure(shards)
         used = self._shards[:shards]
         tally = PooledTally(concurrency, self._counts[:shards])
-        bodies = [(plan.body(p.text, p.output_len), p.output_len) for p in prompts]
+        bodies = [(plan.body(p.text, p.output_len, p.history), p.output_len) for p in prompts]
         warm, measured = bodies[:warmup], bodies[warmup:]
         deadline = time.perf_counter() + level_timeout_s
         for k, (_, pipe) in enumerate(used):
@@ -631,7 +648,7 @@ async def run_sweep(
                             shape=rate_shape or RateShape(),
                             **common,
                         )
-                    elif current > 1 and concurrency > 1:
+                    elif current > 1 and concurrency > 1 and not any(p.history for p in prompts):
                         level = await pool.run_level(plan, prompts, shards=current, **common)
                     else:
                         level = await run_level(workers, plan, prompts, **common)

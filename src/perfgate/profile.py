@@ -131,13 +131,15 @@ class WorkloadSpec(_Strict):
         description="Output length in tokens, forced with ignore_eos (dataset prompts: the "
         "most one asks for).",
     )
-    prompts: Literal["random", "shared-prefix", "dataset"] = Field(
+    prompts: Literal["random", "shared-prefix", "dataset", "multi-turn"] = Field(
         "random",
         description="random: seeded words, no two prompts share a prefix; shared-prefix: "
         "every prompt of a level run starts with the same prefix_len tokens (a long common "
         "system prompt) and ends with its own words (exercises a prefix cache); dataset: "
         "first user turns of a ShareGPT-style JSONL file, each asking for as many tokens "
-        "as its reply there had.",
+        "as its reply there had; multi-turn: its conversations replayed turn after turn, "
+        "each turn resending the earlier ones (a worker sends a conversation's turns in "
+        "order, each after the previous answer).",
     )
     prefix_len: int | None = Field(
         None, gt=0, description="Tokens of the common prefix (shared-prefix prompts only)."
@@ -214,16 +216,16 @@ class WorkloadSpec(_Strict):
                 )
         elif self.prefix_len is not None:
             raise ValueError('prefix_len applies to prompts = "shared-prefix" only')
-        if self.prompts == "dataset":
+        if self.prompts in ("dataset", "multi-turn"):
             if not self.dataset:
                 raise ValueError(
-                    'prompts = "dataset" needs dataset = a JSONL path or a shipped one, '
-                    'e.g. dataset = "perfgate:conversations"'
+                    f'prompts = "{self.prompts}" needs dataset = a JSONL path or a shipped '
+                    'one, e.g. dataset = "perfgate:conversations"'
                 )
             if self.range_ratio:
                 raise ValueError("range_ratio does not apply to dataset prompts (their own)")
         elif self.dataset is not None:
-            raise ValueError('dataset applies to prompts = "dataset" only')
+            raise ValueError('dataset applies to prompts = "dataset" or "multi-turn" only')
         return self
 
 

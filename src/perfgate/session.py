@@ -76,6 +76,7 @@ from perfgate.workload import (
     WordCosts,
     approximate_prompts,
     build_prompts,
+    conversation_prompts,
     dataset_prompts,
     drawn_lengths,
     word_cost_counts,
@@ -338,7 +339,7 @@ class PerfgateSession:
         if forced:
             return  # short outputs fail their requests (RequestPlan.output_problem)
         w = self.profile.workload
-        if w.prompts == "dataset" or w.range_ratio:
+        if w.prompts in ("dataset", "multi-turn") or w.range_ratio:
             return  # lengths vary by request: no one length to compare with
         if why := short_outputs(data.metrics, self.profile.workload.output_len, forced):
             self.degraded(why)
@@ -456,7 +457,7 @@ class PerfgateSession:
         with httpx.Client(base_url=backend.base_url, timeout=30.0) as client:
             why = self._inexact_prompts_reason(client)
             run = f"{name} {level_name(concurrency)} run {repeat + 1}"
-            if w.prompts == "dataset":
+            if w.prompts in ("dataset", "multi-turn"):
                 return self._dataset_prompts(client, run, count, seed, why)
             prompts = self._word_prompts(client, run, count, seed, why)
             if not w.range_ratio:
@@ -518,6 +519,16 @@ class PerfgateSession:
         tokenizer = Tokenizer(client, self.engine, self.profile.model.name, w.api)
         label = f"{run}: counting dataset prompts"
         with self.view.step(label, count, unit="prompts") as task:
+            if w.prompts == "multi-turn":
+                return conversation_prompts(
+                    tokenizer,
+                    self._conversations,
+                    count,
+                    seed,
+                    max_output=w.output_len,
+                    counted=self._dataset_counts,
+                    on_counted=task.update,
+                )
             return dataset_prompts(
                 tokenizer,
                 self._conversations,
@@ -680,8 +691,9 @@ class PerfgateSession:
     def _lengths_text(self) -> str:
         """The workload's lengths in words, e.g. '128 in / 64 out tokens'."""
         w = self.profile.workload
-        if w.prompts == "dataset":
-            return f"{w.dataset}, at most {w.input_len} in / {w.output_len} out tokens"
+        if w.prompts in ("dataset", "multi-turn"):
+            turns = " turns" if w.prompts == "multi-turn" else ""
+            return f"{w.dataset}{turns}, at most {w.input_len} in / {w.output_len} out tokens"
         spread = f" ±{w.range_ratio:.0%}" if w.range_ratio else ""
         shared = f", {w.prefix_len} shared" if w.prefix_len else ""
         return f"{w.input_len}{spread} in{shared} / {w.output_len}{spread} out tokens"
@@ -693,7 +705,8 @@ class PerfgateSession:
         if elapsed <= 0 or not tally.done:
             return ""
         w = self.profile.workload
-        if "ignore_eos" in self.completion_extras and w.prompts != "dataset" and not w.range_ratio:
+        fixed = w.prompts in ("random", "shared-prefix") and not w.range_ratio
+        if "ignore_eos" in self.completion_extras and fixed:
             return f"≈{tally.done * self.profile.workload.output_len / elapsed:.0f} tok/s"
         return f"{tally.done / elapsed:.2f} req/s"
 
@@ -717,7 +730,7 @@ class PerfgateSession:
 
         def send() -> RequestRecord:
             prompt = next(queue)
-            return client.send(prompt.text, prompt.output_len)
+            return client.send(prompt.text, prompt.output_len, prompt.history)
 
         def one_round() -> None:
             records.append(send())

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -36,11 +36,23 @@ class RequestPlan:
     extras: dict[str, Any] = field(default_factory=dict)
     reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning")
 
-    def body(self, prompt: str, output_len: int | None = None) -> bytes:
+    def body(
+        self,
+        prompt: str,
+        output_len: int | None = None,
+        history: Sequence[tuple[str, str]] = (),
+    ) -> bytes:
         """The encoded body of one request (``output_len``: this request's own, else the
-        plan's)."""
+        plan's; ``history``: the conversation's earlier turns, resent)."""
         return encode_body(
-            request_body(self.api, self.model, prompt, output_len or self.output_len, **self.extras)
+            request_body(
+                self.api,
+                self.model,
+                prompt,
+                output_len or self.output_len,
+                history,
+                **self.extras,
+            )
         )
 
     def output_problem(self, record: RequestRecord, output_len: int | None = None) -> str | None:
@@ -199,14 +211,19 @@ class SequentialClient:
         self._workers = WireWorkers(base_url)
         self.sent = 0
 
-    def send(self, prompt: str, output_len: int | None = None) -> RequestRecord:
+    def send(
+        self,
+        prompt: str,
+        output_len: int | None = None,
+        history: Sequence[tuple[str, str]] = (),
+    ) -> RequestRecord:
         """One streamed request, its output checked (:meth:`RequestPlan.checked`)."""
         plan = self.plan
         record = finished(
             self._loop.run_until_complete(
                 self._workers.send(
                     0,
-                    plan.body(prompt, output_len),
+                    plan.body(prompt, output_len, history),
                     index=self.sent,
                     plan=plan,
                     timeout_s=plan.request_timeout_s,

@@ -67,6 +67,7 @@ class Prompt:
     text: str
     tokens: int | None
     output_len: int | None = None
+    history: tuple[tuple[str, str], ...] = ()  # earlier (user, reply) turns it resends
 
 
 class Tokenizer:
@@ -406,4 +407,38 @@ def dataset_prompts(
             f"the dataset has too few prompts of at most {max_input} tokens (input_len): "
             f"{len(prompts)} found in {count * MAX_DATASET_DRAWS} draws; raise input_len"
         )
+    return prompts
+
+
+def conversation_prompts(
+    tokenizer: Counter,
+    conversations: Sequence[Conversation],
+    count: int,
+    seed: int,
+    *,
+    max_output: int,
+    counted: dict[str, tuple[int, int]],
+    on_counted: Counted | None = None,
+) -> list[Prompt]:
+    """``count`` requests that replay conversations drawn (seeded, with replacement) from
+    ``conversations``, turn after turn: turn k resends the k earlier user turns and their
+    dataset replies (``Prompt.history``), and asks for as many tokens as its own reply had
+    (at most ``max_output``). The last conversation may end early. Prompt lengths are not
+    counted (``tokens`` None): the server's usage says them."""
+    rng = random.Random(f"{seed}:conversations")
+    empty = counted.setdefault("", (tokenizer.count(""), 0))[0]
+    prompts: list[Prompt] = []
+    while len(prompts) < count:
+        conversation = rng.choice(conversations)
+        history: tuple[tuple[str, str], ...] = ()
+        for k, turn in enumerate(conversation.turns):
+            if len(prompts) == count:
+                break
+            key = f"{conversation.id}:turn{k}"
+            if key not in counted:
+                counted[key] = (0, max(1, tokenizer.count(turn.reply) - empty))
+            prompts.append(Prompt(turn.user, None, min(counted[key][1], max_output), history))
+            history = (*history, (turn.user, turn.reply))
+            if on_counted is not None:
+                on_counted(len(prompts))
     return prompts

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -98,9 +98,16 @@ class RequestRecord:
 
 
 def request_body(
-    api: Api, model: str, prompt: str, max_tokens: int, **extra: Any
+    api: Api,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    history: Sequence[tuple[str, str]] = (),
+    **extra: Any,
 ) -> dict[str, Any]:
-    """A streaming request body with usage reporting switched on."""
+    """A streaming request body with usage reporting switched on; ``history``: earlier
+    (user, reply) turns of the conversation, resent before ``prompt`` (chat: as messages;
+    completions: as one transcript)."""
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": max_tokens,
@@ -108,9 +115,19 @@ def request_body(
         "stream_options": {"include_usage": True},
     }
     if api == "chat":
-        body["messages"] = [{"role": "user", "content": prompt}]
+        body["messages"] = [
+            *(
+                m
+                for user, reply in history
+                for m in (
+                    {"role": "user", "content": user},
+                    {"role": "assistant", "content": reply},
+                )
+            ),
+            {"role": "user", "content": prompt},
+        ]
     else:
-        body["prompt"] = prompt
+        body["prompt"] = "\n\n".join([*(f"{u}\n\n{r}" for u, r in history), prompt])
     body.update(extra)
     return body
 
