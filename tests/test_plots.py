@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from perfgate import plots
-from perfgate.baseline import load_baseline
+from perfgate.baseline import Check, load_baseline
 from perfgate.cli import main
 from perfgate.gate import GatePolicy
 from perfgate.plots import (
@@ -216,3 +216,15 @@ def test_run_stem():
     assert run_stem(Path("a/b.run.json.gz")) == "b.run"
     assert run_stem(Path("gate.json")) == "gate"
     assert run_stem(Path("x.txt")) == "x.txt"
+
+
+def test_only_request_rates_and_capacity_searches_are_left_out_of_the_plots():
+    """A chosen ``req_s`` figure (``single.c1.req_s``) must not pass for a request-rate
+    level: its measurement is still drawn. Rate levels and capacity keys are left out."""
+    run = load_run(GEMMA_RUN)
+    chosen = Check(key="single.c1.req_s", verdict="no-baseline", direction="higher", unit="req/s")
+    rated = Check(key="rate.r2.5.ttft_s", verdict="missing", direction="lower", unit="s")
+    capacity = Check(key="capacity.max_req_s", verdict="missing", direction="higher", unit="")
+    run = run.model_copy(update={"checks": [*run.checks, chosen, rated, capacity]})
+    assert plots.not_by_concurrency(run) == {"rate", "capacity"}
+    assert {"single", "sweep"} <= set(run.measurements)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from perfgate.client import SimpleClient
-from perfgate.profile import DegeneracyLimits
+from perfgate.profile import DEFAULT_PROFILE, load_profile
 from perfgate.quality import is_degenerate
 from tests.helpers import ROOT
 from tests.test_engine_llamacpp import session_for, small_profile
@@ -42,7 +42,8 @@ def answers(tmp_path, **server_args):
 
 
 def test_detectors_pass_normal_output_and_fire_on_a_broken_server(tmp_path):
-    limits = DegeneracyLimits()
+    # the default profile's limits, as users run them (one leaked <start_of_image> allowed)
+    limits = load_profile(DEFAULT_PROFILE, ROOT / "profiles").correctness.degeneracy
     normal, normal_qa = answers(tmp_path / "normal")
     sampled = normal[: len(DATA["prompts"])]
     assert [t for t in sampled if is_degenerate(t, limits)] == []

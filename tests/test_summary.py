@@ -92,3 +92,10 @@ def test_report_cli_exports_csv_and_markdown_from_the_run_json(tmp_path, capsys)
     assert main(["report", str(FAILED), "--markdown", "--artifact-url=https://x/1"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("### ❌ perfgate `llamacpp-gemma3-270m`: failed") and "https://x/1" in out
+
+
+def test_acceptance_reads_as_a_percentage():
+    run = load_run(ROOT / "baselines/llamacpp-gemma3-270m-spec/cpu-2x-amd-epyc-avx512.run.json.gz")
+    rate = next(c for c in run.checks if c.key == "single.c1.accept_rate")
+    text = markdown_summary(run)
+    assert f"| `single.c1.accept_rate` | - | {rate.measured:.1%} |" in text

@@ -335,9 +335,10 @@ def build_baseline(
     return Recorded(new, kept)
 
 
-def _key_order(key: str) -> tuple[str, int, int]:
+def _key_order(key: str) -> tuple[str, float, int]:
     parsed = parse_key(key)
-    return parsed.measurement, parsed.concurrency, list(BY_NAME).index(parsed.figure.name)
+    level = -1 if parsed.concurrency is None else parsed.concurrency  # measurement-wide first
+    return parsed.measurement, level, list(BY_NAME).index(parsed.figure.name)
 
 
 def write_json_atomic(path: Path, payload: str) -> None:

@@ -22,6 +22,12 @@ the run's value over its successful requests:
   levels (``[slo]``), and their output tokens per second; chosen whenever a profile sets
   service levels.
 
+Figures of a whole measurement (no level), one value per capacity search
+(:data:`SEARCH_FIGURES`, key ``<measurement>.<figure>``):
+
+- ``max_concurrency``, ``max_req_s``: the highest concurrency, or request rate, a search
+  probed whose ``slo_met`` reached the profile's target (``[capacity]``).
+
 A figure read off token timestamps (``timing``) is only as exact as the harness: a
 level's timing error bound (its event loop's lag, ``HarnessStats``) can move it, and
 the gate says when that could change its verdict.
@@ -33,7 +39,8 @@ the gate says when that could change its verdict.
 
 The table, the gate, ``perfgate compare``, early abort, recording and the diagnosis
 all read :data:`FIGURES`. Keys name a figure of one level of one measurement:
-``<measurement>.c<C>.<figure>``, e.g. ``sweep.c4.agg_tok_s``.
+``<measurement>.c<C>.<figure>``, e.g. ``sweep.c4.agg_tok_s`` (``.r<rate>.`` for a request
+rate), or a measurement-wide figure: ``capacity.max_req_s``.
 """
 
 from __future__ import annotations
@@ -42,12 +49,12 @@ import re
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
-from perfgate.metrics import Distribution, LevelData, LevelMetrics, Measurement
+from perfgate.metrics import CapacitySearch, Distribution, LevelData, LevelMetrics, Measurement
 from perfgate.stats import Direction
 
 KEY_PATTERN = re.compile(
     r"^(?P<measurement>[a-z][a-z0-9_]*)\."
-    r"(?:c(?P<c>[1-9][0-9]*)|r(?P<r>[0-9]+(?:\.[0-9]+)?))\.(?P<figure>\w+)$"
+    r"(?:(?:c(?P<c>[1-9][0-9]*)|r(?P<r>[0-9]+(?:\.[0-9]+)?))\.)?(?P<figure>\w+)$"
 )
 
 
@@ -65,6 +72,7 @@ class Figure:
     recorded: bool = True  # False: a hand-set target only, left out of recorded baselines
     timing: bool = False  # read off token timestamps: the harness's timing error applies
     chosen: bool = False  # True: measured and recorded only where a profile chooses it
+    search: Callable[[CapacitySearch], float | None] | None = None  # measurement-wide
 
     def run_values(self, runs: Iterable[LevelData]) -> list[float]:
         """One value per run that produced this figure."""
@@ -192,7 +200,43 @@ CHOSEN: tuple[Figure, ...] = (
     ),
     *SLO_FIGURES,
 )
-BY_NAME: dict[str, Figure] = {f.name: f for f in (*FIGURES, SCALING, *CHOSEN)}
+
+
+def _never(_: LevelData) -> float | None:
+    return None
+
+
+def _capacity(by: str) -> Callable[[CapacitySearch], float | None]:
+    def value(search: CapacitySearch) -> float | None:
+        return search.capacity if search.by == by else None
+
+    return value
+
+
+NO_SEARCH = "no capacity search finished (the profile sets no [capacity], or it did not run)"
+SEARCH_FIGURES: tuple[Figure, ...] = (
+    Figure(
+        "max_concurrency",
+        "Capacity (C)",
+        "in flight",
+        "higher",
+        0.1,
+        NO_SEARCH,
+        _never,
+        search=_capacity("concurrency"),
+    ),
+    Figure(
+        "max_req_s",
+        "Capacity req/s",
+        "req/s",
+        "higher",
+        0.1,
+        NO_SEARCH,
+        _never,
+        search=_capacity("rate"),
+    ),
+)
+BY_NAME: dict[str, Figure] = {f.name: f for f in (*FIGURES, SCALING, *CHOSEN, *SEARCH_FIGURES)}
 
 
 def unknown_figures(names: Iterable[str]) -> list[str]:
@@ -217,9 +261,11 @@ def level_name(level: int | float) -> str:
     return f"{level:g} req/s" if isinstance(level, float) else f"C={level}"
 
 
-def figure_key(measurement: str, concurrency: int | float, figure: str) -> str:
+def figure_key(measurement: str, concurrency: int | float | None, figure: str) -> str:
     """The key of one gated figure, e.g. ``sweep.c4.agg_tok_s``, ``rate.r2.ttft_p99_s``
-    (a float level is a request rate)."""
+    (a float level is a request rate), ``capacity.max_req_s`` (no level: measurement-wide)."""
+    if concurrency is None:
+        return f"{measurement}.{figure}"
     return f"{measurement}.{level_tag(concurrency)}.{figure}"
 
 
@@ -228,20 +274,25 @@ class Key:
     """A parsed figure key."""
 
     measurement: str
-    concurrency: int | float  # the level: a concurrency, or a request rate (a float)
+    # the level: a concurrency, a request rate (a float), or None (measurement-wide)
+    concurrency: int | float | None
     figure: Figure
 
 
 def parse_key(key: str) -> Key:
     """Split a key into measurement, level and figure (ValueError when unknown)."""
     match = KEY_PATTERN.match(key)
-    if not match or match["figure"] not in BY_NAME:
+    figure = BY_NAME.get(match["figure"]) if match else None
+    leveled = bool(match and (match["c"] or match["r"]))
+    if match is None or figure is None or leveled == (figure.search is not None):
         raise ValueError(
             f"unknown figure {key!r}: keys are <measurement>.c<C>.<figure> (or .r<rate>. "
-            f"for a request rate) with figure one of {', '.join(BY_NAME)}"
+            f"for a request rate) with figure one of "
+            f"{', '.join(n for n, f in BY_NAME.items() if f.search is None)}, or "
+            f"<measurement>.<figure> with figure one of {', '.join(f.name for f in SEARCH_FIGURES)}"
         )
-    level = int(match["c"]) if match["c"] else float(match["r"])
-    return Key(match["measurement"], level, BY_NAME[match["figure"]])
+    level = (int(match["c"]) if match["c"] else float(match["r"])) if leveled else None
+    return Key(match["measurement"], level, figure)
 
 
 def level_values(
@@ -256,11 +307,22 @@ def level_values(
     return out
 
 
+def search_values(name: str, measurement: Measurement) -> dict[str, list[float]]:
+    """Per-search values of the measurement-wide figures (the capacity searches')."""
+    out = {}
+    for figure in SEARCH_FIGURES:
+        assert figure.search is not None
+        if values := [v for s in measurement.searches if (v := figure.search(s)) is not None]:
+            out[figure_key(name, None, figure.name)] = values
+    return out
+
+
 def measurement_values(
     name: str, measurement: Measurement, chosen: Collection[str] = ()
 ) -> dict[str, list[float]]:
     """Per-run values of every figure of a measurement (the ``chosen`` ones too)."""
     out: dict[str, list[float]] = {}
+    out.update(search_values(name, measurement))
     levels = measurement.by_concurrency()
     for runs in levels.values():
         out.update(level_values(name, runs, chosen))

@@ -22,6 +22,7 @@ from perfgate.figures import (
     level_values,
     parse_key,
     run_values,
+    search_values,
     timing_error_bounds,
 )
 from perfgate.metrics import LevelData, Measurement
@@ -97,15 +98,26 @@ class GatePolicy:
     def after_level(self, name: str, runs: Sequence[LevelData], baseline: Baseline | None) -> Step:
         """Measure this level again, or move on: the minimum runs first; then again while
         any figure is near its limit (either side), up to ``max_runs``."""
-        if len(runs) < self.min_runs:
+        values = level_values(name, list(runs), self.chosen(baseline))
+        return self._again(values, len(runs), baseline)
+
+    def after_search(self, name: str, measurement: Measurement, baseline: Baseline | None) -> Step:
+        """Search for the capacity again, or stop: as :meth:`after_level`, a search being
+        one run of the measurement's capacity figure."""
+        values = search_values(name, measurement)
+        return self._again(values, len(measurement.searches), baseline)
+
+    def _again(
+        self, values: Mapping[str, list[float]], runs: int, baseline: Baseline | None
+    ) -> Step:
+        if runs < self.min_runs:
             return "repeat"
-        if self.recording or baseline is None or len(runs) >= self.max_runs:
+        if self.recording or baseline is None or runs >= self.max_runs:
             return "next"
         rule = self.rule(baseline)
-        for key, values in level_values(name, list(runs), self.chosen(baseline)).items():
-            if (exp := baseline.metrics.get(key)) is not None and compare(key, values, exp, rule)[
-                1
-            ]:
+        for key, figure_values in values.items():
+            exp = baseline.metrics.get(key)
+            if exp is not None and compare(key, figure_values, exp, rule)[1]:
                 return "repeat"
         return "next"
 
@@ -114,7 +126,7 @@ class GatePolicy:
         self,
         measurements: Mapping[str, Measurement],
         baseline: Baseline | None,
-        planned: Mapping[str, Sequence[int]],
+        planned: Mapping[str, Sequence[int | float]],
     ) -> Verdicts:
         """Every baseline figure judged: measured ones against their limits, the others
         MISSING with the reason; figures measured without a baseline are listed too. A
@@ -161,6 +173,18 @@ class GatePolicy:
             failed = sum(lv.metrics.fail for lv in m.levels)
             if failed:
                 problems.append(f"{name}: {failed} requests failed")
+            if any(s.capacity is None for s in m.searches):
+                problems.append(f"{name}: a capacity search did not finish")
+            if any(s.capacity == 0 for s in m.searches):
+                problems.append(
+                    f"{name}: a capacity search met its target at no level (capacity 0); "
+                    "lower capacity.low or loosen [slo]"
+                )
+            if m.searches and len(m.searches) < MIN_RECORD_RUNS:
+                problems.append(
+                    f"{name}: {len(m.searches)} capacity searches; a baseline needs at least "
+                    f"{MIN_RECORD_RUNS} to measure their noise (--perf-repeats 5)"
+                )
             for c, runs in m.by_concurrency().items():
                 if len(runs) < MIN_RECORD_RUNS:
                     problems.append(
@@ -228,8 +252,13 @@ class Verdicts:
         return [c for c in self.checks if c.verdict not in ("missing", "no-baseline")]
 
 
+NOT_RUN_WHY = "test deselected with -k or -m, skipped, --benchmark-skip, or failed before measuring"
+
+
 def missing_reason(
-    key: str, measurements: Mapping[str, Measurement], planned: Mapping[str, Sequence[int]]
+    key: str,
+    measurements: Mapping[str, Measurement],
+    planned: Mapping[str, Sequence[int | float]],
 ) -> str:
     """Why a run produced no value for a baseline figure."""
     parsed = parse_key(key)
@@ -239,18 +268,20 @@ def missing_reason(
             f"the profile has no {name!r} measurement; retire the figure with gate.retired "
             "or re-record the baseline"
         )
+    m = measurements.get(name)
+    if c is None:  # a measurement-wide figure (the capacity search)
+        if m is None:
+            return f"the {name} measurement did not run in this session ({NOT_RUN_WHY})"
+        why = f": {m.aborted}" if m.aborted else ""
+        return f"{name}: {parsed.figure.absent_when}{why}"
     if c not in planned[name]:
         return (
             f"{level_name(c)} is not one of the profile's {name} levels "
             f'{list(planned[name])}; retire it with gate.retired = ["{name}.{level_tag(c)}.*"] '
             "or re-record the baseline"
         )
-    m = measurements.get(name)
     if m is None:
-        return (
-            f"the {name} measurement did not run in this session (test deselected with -k "
-            "or -m, skipped, --benchmark-skip, or failed before measuring)"
-        )
+        return f"the {name} measurement did not run in this session ({NOT_RUN_WHY})"
     if c in m.not_run or c not in m.by_concurrency():
         why = f"; {m.aborted}" if m.aborted else ""
         return f"level {level_name(c)} did not run{why}"

@@ -240,12 +240,13 @@ def _streak(check: Check, window: Sequence[HistoryEntry], margin: float) -> list
     return [*deltas, check.delta_pct]
 
 
-def _key_order(key: str) -> tuple[str, int, int, str]:
+def _key_order(key: str) -> tuple[str, float, int, str]:
     try:
         parsed = parse_key(key)
     except ValueError:
         return ("~", 0, 0, key)
-    return (parsed.measurement, parsed.concurrency, list(BY_NAME).index(parsed.figure.name), key)
+    level = -1 if parsed.concurrency is None else parsed.concurrency  # measurement-wide first
+    return (parsed.measurement, level, list(BY_NAME).index(parsed.figure.name), key)
 
 
 def history_keys(entries: Sequence[HistoryEntry]) -> list[str]:
@@ -354,6 +355,8 @@ def _label(key: str) -> str:
         parsed = parse_key(key)
     except ValueError:
         return key
+    if parsed.concurrency is None:
+        return parsed.measurement
     return f"{parsed.measurement} {level_name(parsed.concurrency)}"
 
 

@@ -369,10 +369,73 @@ class LevelData(BaseModel):
         )
 
 
+class Probe(BaseModel):
+    """One level a capacity search ran: its requests against the service levels."""
+
+    level: int | float = Field(description="Requests in flight, or requests a second.")
+    goodput: Goodput
+    ttft_p99_s: float | None = None
+    latency_p99_s: float | None = None
+    met: bool = Field(description="slo_met reached the search's target.")
+
+    @classmethod
+    def of(cls, data: LevelData, target: float) -> Probe:
+        """A probe from its level run (which was judged against the service levels)."""
+        assert data.goodput is not None, "a capacity probe needs service levels"
+        share = data.goodput.met_share
+        return cls(
+            level=data.level,
+            goodput=data.goodput,
+            ttft_p99_s=data.metrics.ttft_s.p99,
+            latency_p99_s=data.metrics.latency_s.p99,
+            met=share is not None and share >= target,
+        )
+
+
+class CapacitySearch(BaseModel):
+    """One capacity search: the levels it probed, in order, and what it found."""
+
+    by: str = Field(description="'rate' (requests a second) or 'concurrency'.")
+    target: float = Field(description="The share of requests that had to meet [slo].")
+    high: float = Field(description="The highest level the search would probe.")
+    probes: list[Probe] = Field(default_factory=list)
+    capacity: float | None = Field(
+        None, description="The highest level probed whose slo_met reached the target."
+    )
+
+    @property
+    def at_high(self) -> bool:
+        """The search's highest level still met the target: the capacity is at least it."""
+        return self.capacity is not None and self.capacity >= self.high
+
+    def level_text(self, level: float) -> str:
+        """A level of this search in words: ``C=4``, ``6.25 req/s``."""
+        return f"C={level:g}" if self.by == "concurrency" else f"{level:g} req/s"
+
+    def describe(self) -> str:
+        """What the search found, in words."""
+        if self.capacity is None:
+            return f"did not finish ({len(self.probes)} levels probed)"
+        probed = ", ".join(
+            f"{self.level_text(p.level)} {p.goodput.met_share or 0:.2f}" for p in self.probes
+        )
+        if self.capacity == 0:
+            found = f"no level met the target {self.target:.2f}"
+        else:
+            found = f"capacity {self.level_text(self.capacity)}"
+            if self.at_high:
+                found += " (its highest level still met the target: at least this)"
+        return f"{found}; slo_met by level: {probed}"
+
+
 class Measurement(BaseModel):
-    """A named measurement (``single``, ``sweep``): its level runs (repeats included)."""
+    """A named measurement (``single``, ``sweep``): its level runs (repeats included);
+    a capacity measurement holds its searches instead."""
 
     levels: list[LevelData] = Field(default_factory=list)
+    searches: list[CapacitySearch] = Field(
+        default_factory=list, description="Capacity searches, one per run (repeats included)."
+    )
     not_run: list[int | float] = Field(default_factory=list)
     aborted: str | None = Field(None, description="Why the sweep stopped early, if it did.")
 

@@ -175,6 +175,7 @@ def _checks_of(checks: Iterable[Check], measurement: str, figure: str) -> list[t
         except ValueError:
             continue
         if key.measurement == measurement and key.figure.name == figure:
+            assert key.concurrency is not None  # the plotted figures are per level
             out.append((key.concurrency, check))
     return sorted(out, key=lambda item: item[0])
 
@@ -646,25 +647,44 @@ def _vs_baseline(
     return _save(plt, fig, path)
 
 
+def not_by_concurrency(run: RunRecord) -> set[str]:
+    """The run's measurements not drawn against concurrency: open-loop ones (request
+    rates) and capacity searches, told by their data or by their checks' parsed levels."""
+    out = {
+        name
+        for name, m in run.measurements.items()
+        if m.searches or any(lv.rate is not None for lv in m.levels)
+    }
+    for check in run.checks:
+        try:
+            key = parse_key(check.key)
+        except ValueError:
+            continue
+        if key.concurrency is None or isinstance(key.concurrency, float):
+            out.add(key.measurement)
+    return out
+
+
 def render_run_plots(
     run: RunRecord, out_dir: Path, stem: str, *, baseline_run: RunRecord | None = None
 ) -> list[Path]:
     """Write a run's PNG plots into ``out_dir`` as ``<stem>.<plot>.png`` (``vs-baseline``
     only given the baseline's recorded run) and return their paths. Open-loop
-    measurements (request rates) are left out: their levels are not concurrencies."""
+    measurements (request rates) and capacity searches are left out: their levels are not
+    concurrencies (:func:`not_by_concurrency`); with nothing left, no plot is written."""
     plt = require_matplotlib()
     out_dir.mkdir(parents=True, exist_ok=True)
-    # open-loop measurements (request rates) are not drawn against concurrency
-    open_loop = {n for n, m in run.measurements.items() if any(lv.rate for lv in m.levels)}
-    open_loop |= {k.split(".", 1)[0] for k in (c.key for c in run.checks) if ".r" in k}
+    left_out = not_by_concurrency(run)
     measurements = {
-        name: m.recomputed() for name, m in run.measurements.items() if name not in open_loop
+        name: m.recomputed() for name, m in run.measurements.items() if name not in left_out
     }
     for check in run.checks:  # a baseline's measurement this run never ran: still drawn
         name = check.key.split(".", 1)[0]
-        if name not in open_loop:
+        if name not in left_out:
             measurements.setdefault(name, Measurement())
     measurements = _ordered(measurements)
+    if not measurements:
+        return []  # nothing measured by concurrency (e.g. only request rates)
     written = [
         _throughput(plt, run, measurements, out_dir / f"{stem}.throughput.png"),
         _latency(plt, run, measurements, out_dir / f"{stem}.latency.png"),

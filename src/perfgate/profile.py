@@ -246,6 +246,42 @@ class Slo(_Strict):
         return self
 
 
+class CapacitySpec(_Strict):
+    """The capacity search: the highest request rate or concurrency at which at least
+    ``target`` of the requests meet the profile's service levels (README 'Capacity')."""
+
+    by: Literal["rate", "concurrency"] = Field(
+        "concurrency",
+        description="What the search raises: requests a second (open loop, on the "
+        "workload's arrival schedule), or requests in flight (closed loop).",
+    )
+    target: float = Field(
+        0.9, gt=0, le=1, description="Share of requests that must meet [slo] (slo_met)."
+    )
+    low: float = Field(1, gt=0, description="The first level probed.")
+    high: float = Field(64, gt=0, description="The highest level probed.")
+    precision: float = Field(
+        0.1,
+        gt=0,
+        description="Rate searches stop when the next level up is within this share of "
+        "the best one met (concurrency searches narrow to one request).",
+    )
+    requests: int | None = Field(
+        None,
+        ge=1,
+        description="Requests a probe sends (default: workload.rate_requests for a rate, "
+        "concurrency x workload.rounds for a concurrency).",
+    )
+
+    @model_validator(mode="after")
+    def _range(self) -> CapacitySpec:
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high:g}) is below low ({self.low:g})")
+        if self.by == "concurrency" and not (self.low.is_integer() and self.high.is_integer()):
+            raise ValueError("a concurrency search needs whole numbers for low and high")
+        return self
+
+
 class DegeneracyLimits(_Strict):
     """Thresholds of the degeneracy detectors (calibrated per profile on real output)."""
 
@@ -483,9 +519,23 @@ class Profile(_Strict):
         description="Service levels: with them every level reports the share of requests "
         "that met them (slo_met) and goodput tok/s, both gated.",
     )
+    capacity: CapacitySpec | None = Field(
+        None,
+        description="The capacity search under the service levels (needs [slo]): one gated "
+        "figure, the highest rate or concurrency whose slo_met stays at or above target.",
+    )
     correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)
     docker: DockerSpec | None = Field(None, description="Settings of the docker launcher.")
     ssh: SshSpec | None = Field(None, description="Settings of the ssh launcher.")
+
+    @model_validator(mode="after")
+    def _capacity_needs_slo(self) -> Profile:
+        if self.capacity is not None and self.slo is None:
+            raise ValueError(
+                "[capacity] searches for the highest load whose requests meet the service "
+                "levels: set them in [slo] (ttft_s, tpot_s and/or latency_s)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _launcher_settings(self) -> Profile:

@@ -18,7 +18,7 @@ from perfgate.baseline import Baseline, Check, write_bytes_atomic, write_json_at
 from perfgate.diagnose import DiagnosisRecord
 from perfgate.engines import Fact
 from perfgate.errors import PerfgateError
-from perfgate.figures import CHOSEN, FIGURES, figure_key
+from perfgate.figures import CHOSEN, FIGURES, figure_key, parse_key, search_values
 from perfgate.metrics import LevelData, Measurement
 from perfgate.stats import median
 
@@ -242,6 +242,33 @@ def chosen_table(
     return "\n".join(lines)
 
 
+def search_table(measurement: str, data: Measurement, baseline: Baseline | None) -> str:
+    """A capacity measurement: each search's probes in order (level, requests, slo_met,
+    TTFT and latency p99, met or missed) and what it found, then the capacity figure's
+    median over the searches against the baseline."""
+    header = (
+        f"{'Search':>6} | {'Level':>12} | {'Requests':>8} | {'SLO met':>7} | "
+        f"{'TTFT p99(s)':>11} | {'Latency p99(s)':>14} | Target"
+    )
+    lines = [header, "-" * len(header)]
+    for i, search in enumerate(data.searches, 1):
+        for probe in search.probes:
+            lines.append(
+                f"{i:>6} | {search.level_text(probe.level):>12} | {probe.goodput.requests:>8} | "
+                f"{_fmt(probe.goodput.met_share, 7, 2)} | {_fmt(probe.ttft_p99_s, 11, 3)} | "
+                f"{_fmt(probe.latency_p99_s, 14, 3)} | {'met' if probe.met else 'missed'}"
+            )
+        lines.append(f"{i:>6} | {search.describe().split(';')[0]}")
+    expected = baseline.metrics if baseline else {}
+    for key, values in search_values(measurement, data).items():
+        figure = parse_key(key).figure
+        line = f"{figure.title}: {median(values):g} {figure.unit} (median of {len(values)})"
+        if (exp := expected.get(key)) is not None:
+            line += f"; baseline {exp.value:g} {exp.unit} ({_delta(median(values), exp.value)}%)"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def render_table(
     measurement: str,
     data: Measurement,
@@ -254,6 +281,8 @@ def render_table(
     Tokens and Wall are summed over the runs. Lag is the harness's timing error bound
     (``!``: above 2 ms). With a baseline: its value and Δ% per figure.
     """
+    if data.searches:
+        return search_table(measurement, data, baseline)
     expected = {k: e.value for k, e in baseline.metrics.items()} if baseline else {}
     rows = table_rows(measurement, data, expected)
     spec = any(row["accept_rate"] is not None for row in rows)

@@ -28,6 +28,7 @@ from perfgate.baseline import (
     load_profile_baselines,
     save_baseline,
 )
+from perfgate.capacity import search_capacity
 from perfgate.client import RequestRecord
 from perfgate.client.monitor import timing_warning
 from perfgate.dataset import Conversation, load_conversations
@@ -62,7 +63,7 @@ from perfgate.load import (
     plain_rounds,
     run_sweep,
 )
-from perfgate.metrics import LevelData, Measurement
+from perfgate.metrics import CapacitySearch, LevelData, Measurement, Probe
 from perfgate.observe import SpecWindow, read_facts, rejected_extras, short_outputs
 from perfgate.plots import PlotsUnavailable, load_baseline_run, render_run_plots
 from perfgate.profile import Profile
@@ -220,6 +221,8 @@ class PerfgateSession:
         planned: dict[str, list[int | float]] = {"single": [1], "sweep": list(w.levels)}
         if w.rates:
             planned["rate"] = [float(r) for r in w.rates]
+        if self.profile.capacity is not None:
+            planned["capacity"] = []  # measurement-wide: no levels
         return planned
 
     def record_command(self) -> str:
@@ -563,27 +566,75 @@ class PerfgateSession:
         far below the baseline. A float level is a request rate, run open-loop on the
         workload's arrival schedule. The run JSON is saved after every level run."""
         backend = self.start_backend()
-        w = self.profile.workload
-        warmup = w.warmup
         measurement = Measurement()
         self.run.measurements[name] = measurement
         policy = self.policy
-        spec_window = SpecWindow(self.engine, backend.base_url)
 
+        def after_level(c: int | float, done: list[LevelData]) -> Decision:
+            if len(done) == 1 and (reason := policy.abort_reason(name, done[0], self.baseline)):
+                measurement.aborted = reason
+                self.progress(f"perfgate: {reason}; stopping the sweep")
+                return "stop"
+            step = policy.after_level(name, done, self.baseline)
+            if step == "repeat" and len(done) >= policy.min_runs:
+                self.progress(f"perfgate: {name} {level_name(c)} near its limit; measuring again")
+            return step
+
+        try:
+            measurement.not_run = self._run_levels(
+                backend, name, levels, requests_at, measurement.levels, after_level
+            )
+        except (KeyboardInterrupt, WorkloadError) as exc:  # Ctrl-C or SIGTERM, or no prompts
+            ran = {lv.level for lv in measurement.levels}
+            measurement.not_run = [c for c in levels if c not in ran]
+            self.save_run()
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            raise BackendError(
+                f"{name}: could not prepare the next level ({exc}); levels not run: "
+                f"{measurement.not_run}. {self.evidence()}"
+            ) from exc
+        if measurement.not_run and measurement.aborted:
+            measurement.aborted += f"; levels not run: {measurement.not_run}"
+        harness = [(level_name(lv.level), lv.harness) for lv in measurement.levels if lv.harness]
+        if (warning := timing_warning(name, harness)) is not None:
+            self.degraded(warning)
+        self.save_run()
+        return measurement
+
+    def _run_levels(
+        self,
+        backend: Backend,
+        name: str,
+        levels: Sequence[int | float],
+        requests_at: Callable[[int | float], int],
+        collected: list[LevelData],
+        after_level: Callable[[int | float, list[LevelData]], Decision],
+        first_repeat: int = 0,
+        run_word: str = "run",
+    ) -> list[int | float]:
+        """Run levels in order, each level run appended to ``collected`` (and the run JSON
+        saved) as it ends; ``after_level`` decides on a level's runs so far. Returns the
+        levels not run. ``run_word`` names a repeat in progress lines ("search": the
+        capacity search a probe belongs to)."""
+        w = self.profile.workload
+        warmup = w.warmup
+        spec_window = SpecWindow(self.engine, backend.base_url)
         run_of: dict[str, int | float] = {"repeat": 0, "level": 0}
 
         def show_progress(tally: Tally) -> None:
-            label = f"{name} {level_name(run_of['level'])} run {run_of['repeat'] + 1} {tally.phase}"
+            level, repeat = level_name(run_of["level"]), run_of["repeat"] + 1
+            label = f"{name} {level} {run_word} {repeat} {tally.phase}"
             self.view.show(label, tally.total, tally.done, tally.failed, self._rate(tally))
 
-        def prompts_for(c: int, repeat: int) -> list[Prompt]:
-            run_of["repeat"], run_of["level"] = repeat, c
+        def prompts_for(c: int | float, repeat: int) -> list[Prompt]:
+            run_of["repeat"], run_of["level"] = first_repeat + repeat, c
             total = requests_at(c)
             self.progress(
-                f"perfgate: {name} {level_name(c)} run {repeat + 1}: {total} requests "
-                f"({self._lengths_text()}, {warmup} warmup)"
+                f"perfgate: {name} {level_name(c)} {run_word} {first_repeat + repeat + 1}: {total} "
+                f"requests ({self._lengths_text()}, {warmup} warmup)"
             )
-            return self._prompts(name, c, repeat, total + warmup)
+            return self._prompts(name, c, first_repeat + repeat, total + warmup)
 
         def on_record(_: int, record: RequestRecord) -> None:
             if not record.ok:
@@ -591,8 +642,10 @@ class PerfgateSession:
 
         def on_level(level: LevelRun, repeat: int) -> None:
             self.view.close_shown()
-            data = LevelData.from_run(level, repeat, spec=spec_window.close(), slo=self.profile.slo)
-            measurement.levels.append(data)
+            data = LevelData.from_run(
+                level, first_repeat + repeat, spec=spec_window.close(), slo=self.profile.slo
+            )
+            collected.append(data)
             self._check_output_lengths(data)
             if data.rate is not None:
                 self._check_schedule(name, data)
@@ -610,19 +663,11 @@ class PerfgateSession:
             )
             self.save_run()
 
-        def after_level(c: int, runs: list[LevelRun]) -> Decision:
+        def decide(c: int | float, runs: list[LevelRun]) -> Decision:
             if not backend.alive():
                 self.progress("perfgate: server is no longer running; stopping the sweep")
                 return "stop"
-            done = measurement.by_concurrency()[c]  # this level's runs, metrics computed
-            if len(runs) == 1 and (reason := policy.abort_reason(name, done[0], self.baseline)):
-                measurement.aborted = reason
-                self.progress(f"perfgate: {reason}; stopping the sweep")
-                return "stop"
-            step = policy.after_level(name, done, self.baseline)
-            if step == "repeat" and len(runs) >= policy.min_runs:
-                self.progress(f"perfgate: {name} {level_name(c)} near its limit; measuring again")
-            return step
+            return after_level(c, [d for d in collected if d.level == c][-len(runs) :])
 
         try:
             sweep = asyncio.run(
@@ -633,12 +678,12 @@ class PerfgateSession:
                     prompts_for,
                     warmup=warmup,
                     level_timeout_s=self.profile.timeouts.level_s,
-                    after_level=after_level,
+                    after_level=decide,
                     on_record=on_record,
                     on_level=on_level,
                     on_measure_start=spec_window.open,
                     on_progress=show_progress,
-                    processes=self.profile.workload.client_processes,
+                    processes=w.client_processes,
                     rate_shape=RateShape(
                         arrival=w.arrival,
                         burstiness=w.burstiness,
@@ -647,24 +692,74 @@ class PerfgateSession:
                     ),
                 )
             )
-        except (KeyboardInterrupt, WorkloadError) as exc:  # Ctrl-C or SIGTERM, or no prompts
+        finally:
             self.view.close_shown()
-            ran = {lv.level for lv in measurement.levels}
-            measurement.not_run = [c for c in levels if c not in ran]
+        return sweep.not_run
+
+    def measure_capacity(self, name: str) -> Measurement:
+        """The capacity search (``[capacity]``), repeated like a level's runs: at least
+        ``gate.repeats`` searches, more while the capacity is near its limit. Each probe is
+        one level run judged against ``[slo]``; the run JSON is saved after every probe."""
+        spec = self.profile.capacity
+        if spec is None:
+            raise ProfileError(f"profile {self.profile.name} sets no [capacity] search")
+        backend = self.start_backend()
+        measurement = Measurement()
+        self.run.measurements[name] = measurement
+        policy = self.policy
+        w = self.profile.workload
+
+        def requests_at(level: int | float) -> int:
+            if spec.requests is not None:
+                return spec.requests
+            return w.rate_requests if spec.by == "rate" else int(level) * w.rounds
+
+        def probe(level: int | float) -> Probe:
+            runs: list[LevelData] = []
+            first = len(measurement.searches) - 1
+            self._run_levels(
+                backend, name, [level], requests_at, runs, lambda *_: "next", first, "search"
+            )
+            if not runs:
+                raise BackendError(f"{name}: the probe at {level_name(level)} did not run")
+            found = Probe.of(runs[-1], spec.target)
+            share = found.goodput.met_share or 0.0
+            self.progress(
+                f"perfgate: {name} {level_name(level)}: slo_met {share:.2f} "
+                f"{'>=' if found.met else '<'} target {spec.target:.2f}"
+            )
+            return found
+
+        def on_probe(search: CapacitySearch) -> None:
             self.save_run()
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            raise BackendError(
-                f"{name}: could not prepare the next level ({exc}); levels not run: "
-                f"{measurement.not_run}. {self.evidence()}"
-            ) from exc
-        measurement.not_run = sweep.not_run
-        if measurement.not_run and measurement.aborted:
-            measurement.aborted += f"; levels not run: {measurement.not_run}"
-        harness = [(level_name(lv.level), lv.harness) for lv in measurement.levels if lv.harness]
-        if (warning := timing_warning(name, harness)) is not None:
-            self.degraded(warning)
-        self.save_run()
+
+        try:
+            step: str = "repeat"
+            while step == "repeat":
+                found = CapacitySearch(by=spec.by, target=spec.target, high=spec.high)
+                measurement.searches.append(found)
+                self.progress(
+                    f"perfgate: {name}: search {len(measurement.searches)}: the highest "
+                    f"{'request rate' if spec.by == 'rate' else 'concurrency'} from "
+                    f"{spec.low:g} to {spec.high:g} with slo_met >= {spec.target:.2f}"
+                )
+                search_capacity(found, spec, probe, on_probe)
+                self.progress(
+                    f"perfgate: {name}: search {len(measurement.searches)}: {found.describe()}"
+                )
+                self.save_run()
+                if not backend.alive():
+                    measurement.aborted = "the server is no longer running"
+                    break
+                step = policy.after_search(name, measurement, self.baseline)
+                if step == "repeat" and len(measurement.searches) >= policy.min_runs:
+                    self.progress(f"perfgate: {name} near its limit; searching again")
+        except WorkloadError as exc:
+            measurement.aborted = f"could not prepare a probe ({exc})"
+            self.save_run()
+            raise BackendError(f"{name}: {measurement.aborted}. {self.evidence()}") from exc
+        finally:
+            self.save_run()
         return measurement
 
     def _check_schedule(self, name: str, data: LevelData) -> None:
@@ -941,7 +1036,13 @@ class PerfgateSession:
                 lines.append(f"perfgate: no plots: {exc}")
             else:
                 files = [self._relative(path) for path in written]
-                lines.append(f"perfgate: plots written: {', '.join(files)}")
+                if files:
+                    lines.append(f"perfgate: plots written: {', '.join(files)}")
+                else:
+                    lines.append(
+                        "perfgate: no plots: they draw levels of concurrency, and this run "
+                        "measured none (request rates and capacity searches are in the tables)"
+                    )
         markdown = markdown_summary(
             self.run, run_json=self._relative(self.run_path), files=files, artifact_url=artifact_url
         )

@@ -9,10 +9,11 @@ table folded.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from perfgate.baseline import Check
-from perfgate.figures import BY_NAME, figure_key, parse_key
+from perfgate.figures import BY_NAME, SEARCH_FIGURES, figure_key, parse_key
+from perfgate.metrics import Measurement
 from perfgate.report import RunRecord
 
 MARKS = {
@@ -32,7 +33,7 @@ def figure_text(key: str, value: float | None, unit: str) -> str:
     digits and the unit."""
     if value is None:
         return "-"
-    if parse_key(key).figure == "accept_rate":
+    if parse_key(key).figure.name == "accept_rate":
         return f"{value:.1%}"
     return f"{value:.4g} {unit}".strip()
 
@@ -100,6 +101,9 @@ def _levels_table(run: RunRecord) -> list[str]:
     by_key = {c.key: c for c in run.checks}
     out: list[str] = []
     for name, measurement in run.measurements.items():
+        if measurement.searches:
+            out += _capacity_lines(name, measurement, by_key)
+            continue
         levels = sorted(measurement.by_concurrency())
         shown = [
             f
@@ -125,9 +129,20 @@ def _levels_table(run: RunRecord) -> list[str]:
                 else:
                     value = figure_text(check.key, check.measured, check.unit)
                     cells.append(f"{value} ({_delta(check)}) {MARKS[check.verdict].split()[0]}")
-            out.append(f"| {c} | " + " | ".join(cells) + " |")
+            out.append(f"| {c:g} | " + " | ".join(cells) + " |")
         out.append("")
     return out
+
+
+def _capacity_lines(name: str, measurement: Measurement, by_key: Mapping[str, Check]) -> list[str]:
+    """A capacity measurement: what each search found, and the gated figure's verdict."""
+    out = [f"**{name}**", ""]
+    out += [f"- search {i}: {s.describe()}" for i, s in enumerate(measurement.searches, 1)]
+    for figure in SEARCH_FIGURES:
+        if (check := by_key.get(figure_key(name, None, figure.name))) is not None:
+            value = figure_text(check.key, check.measured, check.unit)
+            out.append(f"- {figure.title}: {value} ({_delta(check)}) {MARKS[check.verdict]}")
+    return [*out, ""]
 
 
 def markdown_summary(

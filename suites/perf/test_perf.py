@@ -33,3 +33,13 @@ def test_request_rate(measure, perf_gate, perfgate_session):
         pytest.skip("the profile sets no workload.rates (open-loop request rates)")
     measure("rate", [float(r) for r in workload.rates], lambda _: workload.rate_requests)
     perf_gate("rate")
+
+
+def test_capacity(measure, perf_gate, perfgate_session):
+    """The highest request rate or concurrency at which the target share of requests
+    meets the profile's service levels ([capacity], [slo]): one figure, searched again
+    on every run and gated like the others."""
+    if perfgate_session.profile.capacity is None:
+        pytest.skip("the profile sets no [capacity] search")
+    measure.capacity("capacity")
+    perf_gate("capacity")
