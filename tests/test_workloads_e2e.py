@@ -355,6 +355,7 @@ def test_the_capacity_search_finds_the_servers_slots_and_fails_when_they_shrink(
         "perfgate: capacity: search 1: capacity C=" in out and "slo_met by level: C=1 1.00" in out
     )
     assert "perfgate: no plots: they draw levels of concurrency" in out
+    assert "perfgate: no GPU telemetry: " in out  # no GPU here: said once, not silently
     recorded = json.loads(next((baselines / "capacity").glob("cpu-*[!n].json")).read_text())
     assert recorded["metrics"]["capacity.max_concurrency"]["value"] == 4
     gate = _capacity(starved, baselines, tmp_path / "gate")

@@ -86,6 +86,7 @@ MEASURED_KEYS = {
     "log_accept_rate",
     "log_mean_accept_len",
     "graph_capture_s",
+    "gpu_util_mean_pct",
 }
 # Facts read from log lines an engine may not print (log verbosity, build, version): their
 # absence in this run is unknown, not a change, so it is never a cause.
@@ -98,6 +99,8 @@ ABSENT_IS_UNKNOWN = {
     "kv_cache_type_k",
     "kv_cache_type_v",
     "compile_mode",
+    "gpu_util_mean_pct",  # no NVML on this host: unknown
+    "gpu_idle_while_flat",
     "cuda_graph_mode",
     "cuda_graph_max_batch",
     "config.device",
@@ -247,6 +250,66 @@ def spec_facts(measurements: Iterable[Measurement]) -> Facts:
     return facts
 
 
+# A GPU below this mean utilisation at a level is mostly idle ...
+IDLE_GPU_PCT = 30.0
+# ... and a throughput gain under this factor while requests in flight grew by at least
+# FLAT_SPAN is flat: together, a server that is not batching on its GPU.
+FLAT_GAIN = 1.5
+FLAT_SPAN = 4
+
+
+def gpu_facts(measurements: Mapping[str, Measurement]) -> Facts:
+    """GPU telemetry as facts: mean utilisation over the run's levels, and
+    ``gpu_idle_while_flat`` where a measurement's GPU was mostly idle at its highest
+    level while throughput stayed flat from its lowest (a server not batching)."""
+    levels = [lv for m in measurements.values() for lv in m.levels if lv.gpu is not None]
+    if not levels:
+        return {}
+    utils = [u for lv in levels if lv.gpu and (u := lv.gpu.util_mean_pct) is not None]
+    facts: Facts = {}
+    if utils:
+        facts["gpu_util_mean_pct"] = Fact(
+            value=round(sum(utils) / len(utils), 1),
+            source="measured",
+            evidence=f"NVML, mean over {len(utils)} level runs",
+        )
+    for name, m in measurements.items():
+        by_level = {
+            c: runs
+            for c, runs in m.by_concurrency().items()
+            if isinstance(c, int) and all(r.gpu is not None for r in runs)
+        }
+        if len(by_level) < 2:
+            continue
+        low, high = min(by_level), max(by_level)
+        if high < FLAT_SPAN * low:
+            continue
+        tok_low = _median([r.metrics.agg_tok_s for r in by_level[low]])
+        tok_high = _median([r.metrics.agg_tok_s for r in by_level[high]])
+        util = _median([r.gpu.util_mean_pct or 0.0 for r in by_level[high] if r.gpu])
+        if tok_low <= 0 or util >= IDLE_GPU_PCT or tok_high >= FLAT_GAIN * tok_low:
+            continue
+        facts["gpu_idle_while_flat"] = Fact(
+            value=(
+                f"GPU mostly idle: {util:.0f}% mean utilisation at {name} C={high} while "
+                f"throughput stayed flat from C={low} ({tok_high / tok_low:.2f}x the tok/s for "
+                f"{high / low:g}x the requests in flight): the server is not batching on the "
+                "GPU (see flash attention, slots and batch size in its log)"
+            ),
+            source="measured",
+            evidence=f"NVML utilisation; agg tok/s {tok_low:.1f} at C={low}, {tok_high:.1f} "
+            f"at C={high}",
+        )
+        break
+    return facts
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def _acceptance(facts: Mapping[str, Fact]) -> float | None:
     for key in ("spec_accept_rate", "log_accept_rate"):
         fact = facts.get(key)
@@ -372,6 +435,8 @@ def likely_causes(
                 causes.append(cause)
     else:
         causes += _absolute_causes(new, old)
+    if (idle := new.get("gpu_idle_while_flat")) is not None:  # measured now: always a cause
+        causes.append(Cause(64, str(idle.value)))
     seen: set[str] = set()
     ranked = []
     for cause in sorted(causes, key=lambda c: -c.score):

@@ -39,6 +39,7 @@ from perfgate.client import RequestRecord
 from perfgate.client.monitor import HarnessStats
 from perfgate.load import LevelRun
 from perfgate.profile import Slo
+from perfgate.telemetry import GpuTelemetry
 
 
 class Distribution(BaseModel):
@@ -312,6 +313,9 @@ class LevelData(BaseModel):
         description="Open loop: requests a second sent on schedule (concurrency is then the "
         "cap on requests in flight, 0 for none).",
     )
+    gpu: GpuTelemetry | None = Field(
+        None, description="The host's GPUs during the measured requests (NVML), when read."
+    )
 
     @property
     def level(self) -> int | float:
@@ -337,6 +341,7 @@ class LevelData(BaseModel):
         repeat: int = 0,
         spec: SpecStats | None = None,
         slo: Slo | None = None,
+        gpu: GpuTelemetry | None = None,
     ) -> LevelData:
         """Keep a level's raw records (token times to the microsecond) with its metrics
         (and its goodput, given service levels)."""
@@ -354,6 +359,7 @@ class LevelData(BaseModel):
             metrics=level_metrics(level),
             harness=level.harness,
             rate=level.rate,
+            gpu=gpu,
         )
 
     def recomputed(self) -> LevelMetrics:

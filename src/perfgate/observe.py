@@ -6,12 +6,12 @@ Reads only; deciding and recording stay in :mod:`perfgate.session`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 
-from perfgate.diagnose import spec_facts
+from perfgate.diagnose import gpu_facts, spec_facts
 from perfgate.engines import Engine, Fact, Facts, SpecCounters
 from perfgate.launch import Backend
 from perfgate.metrics import LevelMetrics, Measurement, SpecStats
@@ -57,7 +57,7 @@ def read_facts(
     engine_version: str,
     log: str,
     previous: Facts,
-    measurements: Iterable[Measurement],
+    measurements: Mapping[str, Measurement],
 ) -> Facts:
     """The server's configuration facts now: command line, endpoints, log, measured
     acceptance (later sources win). Endpoint facts of ``previous`` are kept, as a stopped
@@ -76,7 +76,8 @@ def read_facts(
             except httpx.HTTPError:
                 pass
         facts.update(engine.log_facts(log))
-    facts.update(spec_facts(measurements))
+    facts.update(spec_facts(measurements.values()))
+    facts.update(gpu_facts(measurements))
     return facts
 
 

@@ -180,6 +180,7 @@ def table_rows(measurement: str, data: Measurement, expected: Mapping[str, float
             values = f.run_values(runs)
             row[f.name] = median(values) if values else None
         lag, over = _lag(runs)
+        row |= gpu_columns(runs)
         row |= {
             "output_tokens": sum(r.metrics.output_tokens for r in runs),
             "wall_s": sum(r.metrics.wall_s for r in runs),
@@ -200,6 +201,50 @@ def table_rows(measurement: str, data: Measurement, expected: Mapping[str, float
             )
         rows.append(row)
     return rows
+
+
+def _known_median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return median(known) if known else None
+
+
+def gpu_columns(runs: list[LevelData]) -> Row:
+    """A level's GPU telemetry (NVML): the median of its runs' mean utilisation, and
+    joules per output token over its runs (None where nothing was read)."""
+    read = [r.gpu for r in runs if r.gpu is not None]
+    tokens = sum(r.metrics.output_tokens for r in runs if r.gpu is not None)
+    energy = [t.energy_j for t in read]
+    joules = None
+    if read and tokens and all(e is not None for e in energy):
+        joules = sum(e or 0.0 for e in energy) / tokens
+    util = _known_median([t.util_mean_pct for t in read])
+    return {"gpu_util_pct": util, "joules_per_token": joules}
+
+
+def gpu_table(data: Measurement) -> str:
+    """One row per level whose runs read the GPUs: mean utilisation, most memory used,
+    mean power and SM clock (medians over the runs), and energy per output token ('' when
+    no level did)."""
+    levels = {c: runs for c, runs in data.by_concurrency().items() if any(r.gpu for r in runs)}
+    if not levels:
+        return ""
+    header = (
+        f"{_level_title(data):>4} | {'GPU util%':>9} | {'Mem(MiB)':>9} | {'Power(W)':>8} | "
+        f"{'SM(MHz)':>7} | {'J/tok':>7}"
+    )
+    lines = [header, "-" * len(header)]
+    for c in sorted(levels):
+        read = [r.gpu for r in levels[c] if r.gpu is not None]
+        cols = gpu_columns(levels[c])
+        memory = max((g.memory_used_max_mib for t in read for g in t.gpus), default=None)
+        power = _known_median([sum(g.power_mean_w or 0.0 for g in t.gpus) for t in read])
+        clock = _known_median([g.sm_clock_mean_mhz for t in read for g in t.gpus])
+        util, joules = _num(cols["gpu_util_pct"]), _num(cols["joules_per_token"])
+        lines.append(
+            f"{c:>4g} | {_fmt(util, 9, 1)} | {_fmt(memory, 9, 0)} | {_fmt(power, 8, 1)} | "
+            f"{_fmt(clock, 7, 0)} | {_fmt(joules, 7, 3)}"
+        )
+    return "\n".join(lines)
 
 
 def _num(value: object) -> float | None:
@@ -319,6 +364,8 @@ def render_table(
         lines.append(line)
     if extra := chosen_table(measurement, data, baseline, chosen):
         lines += ["", extra]
+    if gpus := gpu_table(data):
+        lines += ["", gpus]
     return "\n".join(lines)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -69,6 +70,7 @@ from perfgate.plots import PlotsUnavailable, load_baseline_run, render_run_plots
 from perfgate.profile import Profile
 from perfgate.report import BaselineRef, RunRecord, git_commit, render_table
 from perfgate.summary import markdown_summary
+from perfgate.telemetry import GpuSampler, open_nvml
 from perfgate.twin import twin_greedy
 from perfgate.workers import RequestPlan, SequentialClient
 from perfgate.workload import (
@@ -85,6 +87,9 @@ from perfgate.workload import (
 )
 
 Progress = Callable[[str], None]
+
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")  # a server NVML here can read
 
 
 @dataclass(frozen=True)
@@ -166,6 +171,7 @@ class PerfgateSession:
         self._word_costs: WordCosts | None = None  # prompt words' token costs, counted once
         self._twin_result: Greedy | str | None = None  # the twin's outputs, or why none
         self.backend_error: BackendError | None = None
+        self._gpu: GpuSampler | str | None = None  # the NVML sampler, or why none (once known)
         self.unusable: list[str] = []  # correctness failures that make perf meaningless
         self.perf_selected = False  # whether this session runs perf tests (set by the plugin)
         self.nonce = self.owner if base_url else ""  # attached servers may cache prompts
@@ -322,6 +328,28 @@ class PerfgateSession:
         )
         return backend
 
+    def gpu_sampler(self) -> GpuSampler | None:
+        """The host's GPU sampler (NVML), opened once; None with a note (in the run JSON,
+        and said once) where NVML is absent or the server runs on another host."""
+        if isinstance(self._gpu, GpuSampler):
+            return self._gpu
+        if self._gpu is None:
+            host = urlsplit(self.base_url).hostname if self.base_url else None
+            if self.profile.launcher == "ssh" and not self.base_url:
+                why = "the server runs on another host (ssh launcher); NVML reads this host's"
+            elif host is not None and host not in LOCAL_HOSTS:
+                why = f"the server ({host}) is not on this host; NVML reads this host's GPUs"
+            else:
+                nvml, why = open_nvml()
+                if nvml is not None:
+                    self._gpu = GpuSampler(nvml)
+                    return self._gpu
+            note = why if why.startswith("no GPU telemetry") else f"no GPU telemetry: {why}"
+            self._gpu = note
+            self.run.notes.append(note)
+            self.progress(f"perfgate: {note}")
+        return None
+
     def degraded(self, message: str) -> None:
         """Say once, in the output and the run JSON, what perfgate could not do as usual."""
         if message not in self.run.notes:
@@ -415,7 +443,7 @@ class PerfgateSession:
             engine_version=self.run.engine_version,
             log=log,
             previous=self.run.facts,
-            measurements=self.run.measurements.values(),
+            measurements=self.run.measurements,
         )
         return self.run.facts
 
@@ -620,7 +648,13 @@ class PerfgateSession:
         w = self.profile.workload
         warmup = w.warmup
         spec_window = SpecWindow(self.engine, backend.base_url)
+        gpu = self.gpu_sampler()
         run_of: dict[str, int | float] = {"repeat": 0, "level": 0}
+
+        def measure_start() -> None:
+            spec_window.open()
+            if gpu is not None:
+                gpu.start()
 
         def show_progress(tally: Tally) -> None:
             level, repeat = level_name(run_of["level"]), run_of["repeat"] + 1
@@ -643,7 +677,11 @@ class PerfgateSession:
         def on_level(level: LevelRun, repeat: int) -> None:
             self.view.close_shown()
             data = LevelData.from_run(
-                level, first_repeat + repeat, spec=spec_window.close(), slo=self.profile.slo
+                level,
+                first_repeat + repeat,
+                spec=spec_window.close(),
+                slo=self.profile.slo,
+                gpu=gpu.stop() if gpu is not None else None,
             )
             collected.append(data)
             self._check_output_lengths(data)
@@ -681,7 +719,7 @@ class PerfgateSession:
                     after_level=decide,
                     on_record=on_record,
                     on_level=on_level,
-                    on_measure_start=spec_window.open,
+                    on_measure_start=measure_start,
                     on_progress=show_progress,
                     processes=w.client_processes,
                     rate_shape=RateShape(
@@ -694,6 +732,8 @@ class PerfgateSession:
             )
         finally:
             self.view.close_shown()
+            if gpu is not None:
+                gpu.stop()  # interrupted mid-level: the thread ends
         return sweep.not_run
 
     def measure_capacity(self, name: str) -> Measurement:
@@ -833,15 +873,26 @@ class PerfgateSession:
             label = f"{name} run {run_of['repeat'] + 1}"
             self.view.show(label, rounds, len(run), sum(not r.ok for r in run))
 
+        gpu = self.gpu_sampler()
+
         def start_run(first: int, repeat: int) -> None:
             run_of["first"], run_of["repeat"] = first, repeat
+            spec_window.open()
+            if gpu is not None:
+                gpu.start()
 
         def close_run(first: int, repeat: int) -> list[LevelData]:
             self.view.close_shown()
             batch = records[first:]
             run = LevelRun(concurrency=1, records=batch, start=batch[0].start, end=batch[-1].end)
             measurement.levels.append(
-                LevelData.from_run(run, repeat, spec=spec_window.close(), slo=self.profile.slo)
+                LevelData.from_run(
+                    run,
+                    repeat,
+                    spec=spec_window.close(),
+                    slo=self.profile.slo,
+                    gpu=gpu.stop() if gpu is not None else None,
+                )
             )
             self._check_output_lengths(measurement.levels[-1])
             self.save_run()
@@ -851,7 +902,6 @@ class PerfgateSession:
         try:
             for _ in range(warmup):
                 send()
-            spec_window.open()
             start_run(0, 0)
             runner(one_round, rounds)  # the first run through pytest-benchmark, if given
             if not records:  # a runner that ran nothing (e.g. benchmarks disabled oddly)
@@ -865,13 +915,14 @@ class PerfgateSession:
                 if len(runs) >= policy.min_runs:
                     self.progress(f"perfgate: {name} near its limit; {rounds} more requests")
                 first = len(records)
-                spec_window.open()
                 start_run(first, len(runs))
                 plain_rounds(one_round, rounds)
                 runs = close_run(first, len(runs))
         finally:
             self.view.close_shown()
             client.close()
+            if gpu is not None:
+                gpu.stop()
         return measurement
 
     def verdicts(self) -> Verdicts:
