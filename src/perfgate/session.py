@@ -291,7 +291,7 @@ class PerfgateSession:
             f"no baseline for profile {self.profile.name} on this hardware "
             f"({self.hardware_key}). A different machine is not a regression, but nothing "
             f"was gated. Record one with: {self.record_command()} (or pass "
-            "--perf-allow-no-baseline to measure without gating)"
+            "--perf-allow-no-baseline to skip the perf tests instead of failing)"
         )
 
     # -- backend -----------------------------------------------------------------------
