@@ -99,6 +99,24 @@ def test_tie_needs_the_other_text_among_the_alternatives():
     assert near_tie("Bzz", "A", tokens, 0, 0.2)[0] is True
 
 
+def test_a_fork_at_a_token_boundary_is_found_in_the_token_before():
+    """Hand-built, the shape of a real AVX2 twin divergence: the reference chose ' a' then
+    ' healthy', the output ' anyone'. The texts part after ' a', where the reference's
+    next token starts, but the fork was ' a' against ' anyone'."""
+    reference = [
+        TokenChoice(text=" a", logprob=-0.9, alternatives={" a": -0.9, " anyone": -1.0}),
+        TokenChoice(text=" healthy", logprob=-0.5, alternatives={" healthy": -0.5}),
+    ]
+    expected, actual = " a healthy", " anyone who"
+    at = first_divergence(expected, actual)
+    assert at == 2
+    tie, why = near_tie(actual, expected, reference, at, 0.2)
+    assert tie is True and "' anyone'" in why
+    assert near_tie(actual, expected, reference, at, 0.05)[0] is False  # 0.1 nats apart
+    far = [reference[0].model_copy(update={"alternatives": {" a": -0.9}}), reference[1]]
+    assert near_tie(actual, expected, far, at, 0.2)[0] is False
+
+
 def test_output_shorter_than_reference_is_a_change():
     tokens = [TokenChoice(text="ab", logprob=-0.1, alternatives={"ab": -0.1})]
     assert first_divergence("abc", "ab") == 2

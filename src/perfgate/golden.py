@@ -11,6 +11,7 @@ alternatives, within ``tie_margin`` nats of the token chosen. Anything else is a
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -130,19 +131,34 @@ def near_tie(
 ) -> tuple[bool, str]:
     """Whether, at character ``at`` where ``chosen`` parts from ``other``, the tokens that
     produced ``chosen`` had ``other``'s continuation among their top alternatives within
-    ``margin`` nats: a near-tie flip. Returns the answer and why."""
+    ``margin`` nats: a near-tie flip. Returns the answer and why.
+
+    Where the texts part exactly at a token boundary, the fork may be the token before it:
+    ``' a'`` then ``' healthy'`` against ``' anyone'`` agree on ``' a'`` as text but
+    forked at that token, so it is asked too."""
     if not tokens:
         return False, "no token log-probs"
-    start = 0
-    for token in tokens:
-        end = start + len(token.text)
-        if start <= at < end:
-            break
-        start = end
-    else:
+    starts = list(itertools.accumulate((len(t.text) for t in tokens), initial=0))
+    index = next((i for i in range(len(tokens)) if starts[i] <= at < starts[i + 1]), None)
+    if index is None:
         return False, "the text ends where the other goes on"
+    token, start, end = tokens[index], starts[index], starts[index + 1]
     if "".join(t.text for t in tokens)[:end] != chosen[:end]:
         return False, "token log-probs do not spell the text"
+    tie, why = _token_tie(other, chosen, token, start, margin)
+    if not tie and at == start and index > 0:
+        before = tokens[index - 1]
+        tie_before, why_before = _token_tie(other, chosen, before, start - len(before.text), margin)
+        if tie_before:
+            return True, why_before
+    return tie, why
+
+
+def _token_tie(
+    other: str, chosen: str, token: TokenChoice, start: int, margin: float
+) -> tuple[bool, str]:
+    """Whether ``token`` (at character ``start`` of ``chosen``) had a rival that spells
+    ``other``'s continuation from there within ``margin`` nats."""
     if not token.alternatives:
         return False, f"no alternatives reported for {token.text!r}"
     wanted = other[start:]
