@@ -448,7 +448,9 @@ def test_golden_outputs_catch_same_speed_different_answers(tmp_path):
     )
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
-    assert "golden greedy outputs:" in out and "0 of them near-tie flips (minimum 100%)" in out
+    # some flips of a q4 cache are near-ties (AVX2: 2 of 6, 0.03 and 0.18 nats); the
+    # others are real changes, past the tie margin on both sides
+    assert re.search(r"golden greedy outputs: \d+% match, \d of them near-tie flips \(minimum", out)
     assert "differs at character" in out and "> tie margin 0.2" in out
     # recording over changed answers is refused unless they are accepted explicitly
     bdir = tmp_path / "baselines"
