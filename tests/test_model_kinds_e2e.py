@@ -159,7 +159,7 @@ def test_a_drafter_that_rarely_matches_fails_on_acceptance(tmp_path):
         "num_speculative_tokens = 4, prompt_lookup_max = 4, prompt_lookup_min = 2",
         "num_speculative_tokens = 8, prompt_lookup_max = 1, prompt_lookup_min = 1",
     )
-    # the single-request measurement alone (~4 min, not ~10: 8-token drafts decode slowly
+    # the single-request measurement alone (2:46 here, not ~10 min: 8-token drafts decode slowly
     # here); the sweep's figures are then MISSING, said as such, and not asserted on
     code, out = perfgate_run("perf", profile, tmp_path / "o", "-k", "single")
     assert code == 1, out[-6000:]

@@ -147,8 +147,9 @@ def near_tie(
         return False, "token log-probs do not spell the text"
     tie, why = _token_tie(other, chosen, token, start, margin)
     if not tie and at == start and index > 0:
-        before = tokens[index - 1]
-        tie_before, why_before = _token_tie(other, chosen, before, start - len(before.text), margin)
+        tie_before, why_before = _token_tie(
+            other, chosen, tokens[index - 1], starts[index - 1], margin
+        )
         if tie_before:
             return True, why_before
     return tie, why
