@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -210,6 +211,44 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fleet(args: argparse.Namespace) -> int:
+    from perfgate.fleet import fleet_table, import_ray, run_fleet  # Ray: only a fleet needs it
+
+    directory = Path(args.profiles_dir)
+    profiles = [(ref, load_profile(ref, directory)) for ref in args.profiles]
+    names = [p.name for _, p in profiles]
+    if dupes := sorted({n for n in names if names.count(n) > 1}):
+        raise PerfgateError(f"profiles given twice: {', '.join(dupes)}")
+    import_ray()  # before anything starts: the install hint if Ray is absent
+    extra = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
+    output = Path(args.output).resolve()
+
+    def stop(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, stop)
+    result = run_fleet(
+        args.address,
+        profiles,
+        root=Path(args.root).resolve(),
+        output_dir=output,
+        pytest_args=extra,
+        timeout_s=args.timeout,
+        progress=lambda line: print(line, flush=True),
+    )
+    print("\n".join(fleet_table(result)))
+    print(f"perfgate fleet: summary written to {output / 'fleet.md'} and {output / 'fleet.json'}")
+    if not result.passed:
+        bad = [e for e in result.entries if e.status != "passed"]
+        print(
+            f"perfgate fleet: FAILED: {len(bad)} of {len(result.entries)} profiles did not pass: "
+            + ", ".join(f"{e.profile} ({e.status})" for e in bad)
+        )
+        return 1
+    print(f"perfgate fleet: passed: all {len(result.entries)} profiles")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     parser = argparse.ArgumentParser(prog="perfgate", description=__doc__)
@@ -287,6 +326,36 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--plot", metavar="OUT.png", help="also write a PNG of the trends")
     h.add_argument("--profiles-dir", default="profiles", help="to read the profile's creep margin")
     h.set_defaults(func=_history)
+    f = sub.add_parser(
+        "fleet",
+        help="gate profiles on a Ray cluster, each on a node offering what its [fleet] table "
+        "asks for; exit 1 unless every profile passed",
+    )
+    f.add_argument("--address", required=True, help="the Ray cluster: its head's host:port")
+    f.add_argument(
+        "--profile",
+        dest="profiles",
+        action="append",
+        required=True,
+        metavar="NAME_OR_PATH",
+        help="a profile to gate (repeat for more)",
+    )
+    f.add_argument("--profiles-dir", default="profiles")
+    f.add_argument(
+        "--root", default=".", help="the project checkout, at this same path on every node"
+    )
+    f.add_argument(
+        "--output", default=".perfgate/fleet", help="where logs, run JSON and the summary go"
+    )
+    f.add_argument(
+        "--timeout", type=float, default=None, help="seconds before unfinished gates are cancelled"
+    )
+    f.add_argument(
+        "pytest_args",
+        nargs=argparse.REMAINDER,
+        help="after --: more arguments for each gate's pytest (e.g. -- --perf-repeats 5)",
+    )
+    f.set_defaults(func=_fleet)
     return parser
 
 

@@ -282,6 +282,25 @@ class CapacitySpec(_Strict):
         return self
 
 
+class FleetSpec(_Strict):
+    """Where ``perfgate fleet`` may run this profile on a Ray cluster (README 'Fleets')."""
+
+    resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Ray custom resources the node must offer, naming its hardware (e.g. "
+        '{ "h200" = 1 }).',
+    )
+    num_gpus: float = Field(0, ge=0, description="GPUs the gate holds on its node.")
+    num_cpus: float = Field(1, ge=0, description="CPUs the gate holds on its node.")
+
+    @field_validator("resources")
+    @classmethod
+    def _positive(cls, value: dict[str, float]) -> dict[str, float]:
+        if bad := [k for k, v in value.items() if v <= 0]:
+            raise ValueError(f"resource amounts must be above 0: {', '.join(bad)}")
+        return value
+
+
 class DegeneracyLimits(_Strict):
     """Thresholds of the degeneracy detectors (calibrated per profile on real output)."""
 
@@ -525,6 +544,9 @@ class Profile(_Strict):
         "figure, the highest rate or concurrency whose slo_met stays at or above target.",
     )
     correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)
+    fleet: FleetSpec = Field(
+        default_factory=FleetSpec, description="What a node needs to run this profile's gate."
+    )
     docker: DockerSpec | None = Field(None, description="Settings of the docker launcher.")
     ssh: SshSpec | None = Field(None, description="Settings of the ssh launcher.")
 

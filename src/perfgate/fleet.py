@@ -1,0 +1,356 @@
+"""``perfgate fleet``: gate many profiles on a Ray cluster, one Ray task per profile.
+
+Each profile's gate runs as a Ray task on a node that offers what the profile's
+``[fleet]`` table asks for (GPUs, CPUs, custom resources naming the hardware): there the
+task runs ``pytest -m perf --profile ...`` in the project checkout (the same path on
+every node), as a user would (launch, correctness, measure, judge), and returns its exit
+code, its log and its run JSON. The caller writes them under the output directory, one
+summary across profiles, and fails unless every profile passed. A node that dies mid-run
+is reported as lost, never as a pass; a profile no node can take is unschedulable.
+
+Ray is optional (``pip install 'perfgate[fleet]'``) and imported only here, only when a
+fleet runs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from perfgate.baseline import write_json_atomic
+from perfgate.errors import PerfgateError
+from perfgate.profile import Profile
+from perfgate.report import RunRecord
+from perfgate.summary import markdown_summary
+
+INSTALL_HINT = "pip install 'perfgate[fleet]' (Ray)"
+MAX_LOG_CHARS = 400_000  # the end of a gate's log comes back
+PR_SET_PDEATHSIG = 1
+
+Status = Literal["passed", "failed", "lost", "error", "unschedulable", "timed out"]
+
+
+class GateOutcome(BaseModel):
+    """What a profile's gate on a node sends back."""
+
+    exit_code: int
+    node_id: str
+    hostname: str
+    duration_s: float
+    command: str
+    log: str
+    runs: dict[str, str] = Field(description="Run JSON file name -> its text.")
+
+
+class FleetEntry(BaseModel):
+    """One profile of a fleet run."""
+
+    profile: str
+    status: Status
+    needs: dict[str, float] = Field(description="What its node had to offer (Ray resources).")
+    why: str = ""
+    node_id: str | None = None
+    hostname: str | None = None
+    exit_code: int | None = None
+    duration_s: float | None = None
+    run_json: str | None = Field(None, description="Where the caller wrote its run JSON.")
+    log: str | None = Field(None, description="Where the caller wrote its gate's log.")
+    headline: str = ""
+
+
+class FleetResult(BaseModel):
+    """Every profile of a fleet run."""
+
+    address: str
+    created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    entries: list[FleetEntry] = Field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """Every profile passed."""
+        return bool(self.entries) and all(e.status == "passed" for e in self.entries)
+
+
+def import_ray() -> Any:
+    """Ray, or a PerfgateError with the install hint."""
+    try:
+        import ray  # optional: only a fleet needs it
+    except ImportError as exc:
+        raise PerfgateError(f"perfgate fleet needs Ray: {INSTALL_HINT}") from exc
+    return ray
+
+
+def needs_of(profile: Profile) -> dict[str, float]:
+    """The Ray resources a profile's gate holds on its node."""
+    spec = profile.fleet
+    needs = {"CPU": spec.num_cpus, **spec.resources}
+    if spec.num_gpus:
+        needs["GPU"] = spec.num_gpus
+    return needs
+
+
+def _die_with_parent() -> None:  # pragma: no cover (runs in the child before exec)
+    """The gate gets SIGTERM when the Ray worker that started it dies (a lost node): its
+    pytest then stops the server it launched, as on a CI time limit."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def gate_on_node(root: str, profile: str, pytest_args: Sequence[str]) -> dict[str, Any]:
+    """Run one profile's gate here (the body of the Ray task): ``pytest -m perf`` in the
+    project checkout at ``root``; returns a :class:`GateOutcome` as a dict."""
+    import ray  # runs on a Ray worker
+
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="perfgate-fleet-") as out:
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-m",
+            "perf",
+            f"--profile={profile}",
+            f"--perf-output={out}",
+            "--perf-no-plots",
+            *pytest_args,
+        ]
+        done = subprocess.run(
+            command,
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
+            preexec_fn=_die_with_parent,
+        )
+        runs = {p.name: p.read_text() for p in sorted(Path(out, "runs").glob("*.json"))}
+    log = done.stdout + done.stderr
+    return GateOutcome(
+        exit_code=done.returncode,
+        node_id=ray.get_runtime_context().get_node_id(),
+        hostname=socket.gethostname(),
+        duration_s=time.monotonic() - started,
+        command=shlex.join(command),
+        log=log[-MAX_LOG_CHARS:],
+        runs=runs,
+    ).model_dump()
+
+
+def _unschedulable(needs: dict[str, float], cluster: dict[str, float]) -> str:
+    """Why no node of the cluster can take these needs ('' when one may)."""
+    short = {k: v for k, v in needs.items() if cluster.get(k, 0) < v}
+    if not short:
+        return ""
+    wanted = ", ".join(f"{k} {v:g}" for k, v in short.items())
+    custom = {k: v for k, v in short.items() if k not in ("CPU", "GPU")}
+    hint = (
+        f"; start a node with: ray start --address ADDRESS --resources '{json.dumps(custom)}'"
+        if custom
+        else ""
+    )
+    offered = ", ".join(f"{k} {v:g}" for k, v in sorted(cluster.items()) if "node:" not in k)
+    return f"no node of the cluster offers {wanted} (it has: {offered}){hint}"
+
+
+def _lost_reason(exc: BaseException) -> str | None:
+    """Why a task's node or worker was lost, for Ray's errors that mean so (None: not a
+    loss)."""
+    name = type(exc).__name__
+    if name in ("NodeDiedError", "WorkerCrashedError", "ObjectLostError", "OwnerDiedError"):
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else name
+        return f"{name}: {first}"
+    return None
+
+
+def run_fleet(
+    address: str,
+    profiles: Sequence[tuple[str, Profile]],
+    *,
+    root: Path,
+    output_dir: Path,
+    pytest_args: Sequence[str] = (),
+    timeout_s: float | None = None,
+    progress: Callable[[str], None] = print,
+) -> FleetResult:
+    """Gate every profile (given as the reference users pass to ``--profile``, and the
+    profile it loads) on the Ray cluster at ``address``; writes each gate's log and run
+    JSON under ``output_dir/<profile>/``, and ``fleet.json`` and ``fleet.md`` there."""
+    ray = import_ray()
+    ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+    result = FleetResult(address=address)
+    try:
+        cluster = {k: float(v) for k, v in ray.cluster_resources().items()}
+        gate = ray.remote(gate_on_node)
+        pending: dict[Any, FleetEntry] = {}
+        for reference, profile in profiles:
+            needs = needs_of(profile)
+            entry = FleetEntry(profile=profile.name, status="error", needs=needs)
+            result.entries.append(entry)
+            if why := _unschedulable(needs, cluster):
+                entry.status, entry.why = "unschedulable", why
+                progress(f"perfgate fleet: {profile.name}: UNSCHEDULABLE: {why}")
+                continue
+            custom = {k: v for k, v in needs.items() if k not in ("CPU", "GPU")}
+            task = gate.options(
+                num_cpus=needs["CPU"],
+                num_gpus=needs.get("GPU", 0),
+                resources=custom,
+                max_retries=0,
+                name=f"perfgate-gate-{profile.name}",
+            )
+            pending[task.remote(str(root), reference, list(pytest_args))] = entry
+            wanted = ", ".join(f"{k} {v:g}" for k, v in needs.items())
+            progress(f"perfgate fleet: {profile.name}: scheduled on a node with {wanted}")
+        try:
+            _collect(ray, pending, output_dir, timeout_s, progress)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the gates stop, their servers too
+            for ref, entry in pending.items():
+                ray.cancel(ref, force=True)
+                entry.status, entry.why = "error", "interrupted: the fleet run was stopped"
+            write_fleet(result, output_dir)
+            raise
+    finally:
+        ray.shutdown()
+    write_fleet(result, output_dir)
+    return result
+
+
+def _collect(
+    ray: Any,
+    pending: dict[Any, FleetEntry],
+    output_dir: Path,
+    timeout_s: float | None,
+    progress: Callable[[str], None],
+) -> None:
+    """Wait for the gates, reporting each as it ends (and every minute, those running)."""
+    started = time.monotonic()
+    while pending:
+        left = None if timeout_s is None else timeout_s - (time.monotonic() - started)
+        if left is not None and left <= 0:
+            for ref, entry in pending.items():
+                ray.cancel(ref, force=True)
+                entry.status = "timed out"
+                entry.why = f"still running after {timeout_s:g} s (--timeout); cancelled"
+                progress(f"perfgate fleet: {entry.profile}: TIMED OUT: {entry.why}")
+            return
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=min(left or 60.0, 60.0))
+        if not done:
+            running = ", ".join(e.profile for e in pending.values())
+            progress(f"perfgate fleet: running: {running} ({time.monotonic() - started:.0f} s)")
+            continue
+        for ref in done:
+            entry = pending.pop(ref)
+            try:
+                outcome = GateOutcome.model_validate(ray.get(ref))
+            except Exception as exc:  # a Ray error: the node or worker lost, or the task
+                if (lost := _lost_reason(exc)) is not None:
+                    entry.status, entry.why = "lost", f"the node running it was lost ({lost})"
+                else:
+                    entry.status, entry.why = "error", f"the gate's task failed: {exc}"
+                progress(f"perfgate fleet: {entry.profile}: {entry.status.upper()}: {entry.why}")
+                continue
+            _record(entry, outcome, output_dir)
+            progress(
+                f"perfgate fleet: {entry.profile}: {entry.status.upper()} on {entry.hostname} "
+                f"(node {entry.node_id and entry.node_id[:12]}) in {entry.duration_s:.0f} s"
+                + (f": {entry.headline}" if entry.headline else "")
+            )
+
+
+def _record(entry: FleetEntry, outcome: GateOutcome, output_dir: Path) -> None:
+    """Write a gate's log and run JSON, and fill its entry from them."""
+    here = output_dir / entry.profile
+    here.mkdir(parents=True, exist_ok=True)
+    log = here / "gate.log"
+    log.write_text(f"$ {outcome.command}\n{outcome.log}", encoding="utf-8")
+    entry.log = str(log)
+    entry.node_id, entry.hostname = outcome.node_id, outcome.hostname
+    entry.exit_code, entry.duration_s = outcome.exit_code, outcome.duration_s
+    for name, text in outcome.runs.items():
+        path = here / name
+        write_json_atomic(path, text)
+        entry.run_json = str(path)
+    if entry.run_json is not None:
+        run = RunRecord.model_validate_json(Path(entry.run_json).read_text())
+        entry.headline = markdown_summary(run).splitlines()[0].removeprefix("### ")
+    if outcome.exit_code == 0:
+        entry.status = "passed"
+    elif outcome.exit_code == 1:
+        entry.status, entry.why = "failed", "the gate failed (see its run JSON and log)"
+    else:
+        entry.status = "error"
+        entry.why = f"pytest exited {outcome.exit_code} (see {log})"
+
+
+MARKS = {
+    "passed": "✅",
+    "failed": "❌",
+    "lost": "💀",
+    "error": "❌",
+    "unschedulable": "⛔",
+    "timed out": "⏱️",
+}
+
+
+def fleet_table(result: FleetResult) -> list[str]:
+    """One line per profile, for the terminal."""
+    lines = [f"{'profile':28} {'status':13} {'node':24} {'time':>7}  why / run JSON"]
+    for e in result.entries:
+        node = f"{e.hostname or '-'}:{(e.node_id or '-')[:8]}"
+        took = f"{e.duration_s:.0f} s" if e.duration_s is not None else "-"
+        lines.append(
+            f"{e.profile:28} {e.status:13} {node:24} {took:>7}  {e.why or e.run_json or ''}"
+        )
+    return lines
+
+
+def fleet_markdown(result: FleetResult) -> str:
+    """The fleet's summary in Markdown, then each profile's own run summary."""
+    bad = [e for e in result.entries if e.status != "passed"]
+    mark = "✅" if result.passed else "❌"
+    what = (
+        f"all {len(result.entries)} profiles passed"
+        if result.passed
+        else f"{len(bad)} of {len(result.entries)} profiles did not pass"
+    )
+    out = [
+        f"## {mark} perfgate fleet: {what}",
+        "",
+        f"Ray cluster `{result.address}`, {result.created_at}",
+        "",
+        "| profile | status | node | needs | time | verdict or why |",
+        "|---|---|---|---|---:|---|",
+    ]
+    for e in result.entries:
+        needs = ", ".join(f"{k} {v:g}" for k, v in e.needs.items())
+        took = f"{e.duration_s:.0f} s" if e.duration_s is not None else "-"
+        node = f"{e.hostname} `{e.node_id[:12]}`" if e.node_id else "-"
+        why = (e.why or e.headline).replace("|", "\\|")
+        out.append(
+            f"| `{e.profile}` | {MARKS[e.status]} {e.status} | {node} | {needs} | {took} | {why} |"
+        )
+    out.append("")
+    for e in result.entries:
+        if e.run_json:
+            run = RunRecord.model_validate_json(Path(e.run_json).read_text())
+            out.append(markdown_summary(run, run_json=e.run_json))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def write_fleet(result: FleetResult, output_dir: Path) -> None:
+    """``fleet.json`` (every entry) and ``fleet.md`` (the summary) in ``output_dir``."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(output_dir / "fleet.json", result.model_dump_json(indent=1) + "\n")
+    (output_dir / "fleet.md").write_text(fleet_markdown(result), encoding="utf-8")
