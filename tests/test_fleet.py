@@ -59,7 +59,8 @@ def hand_set_targets(baselines: Path, *names: str) -> Path:
     """The default profile's hardware-independent floors (any.json) for each fleet profile,
     those of its levels: every gate is judged, on whatever hardware runs it."""
     targets = json.loads((ROOT / "baselines/llamacpp-gemma3-270m/any.json").read_text())
-    keys = ("single.c1.per_request_tok_s", "sweep.c1.agg_tok_s", "sweep.c1.ttft_s")
+    # tok/s floors only: two gates share this host's cores, so TTFT is the neighbour's too
+    keys = ("single.c1.per_request_tok_s", "sweep.c1.agg_tok_s")
     targets["metrics"] = {k: v for k, v in targets["metrics"].items() if k in keys}
     for name in names:
         (baselines / name).mkdir(parents=True)
