@@ -50,7 +50,12 @@ def cluster():
 def fleet_profile(tmp_path: Path, name: str, kind: str, **more: str) -> Path:
     directory = tmp_path / name
     directory.mkdir()
-    path = profile_toml({**TINY, 'name = "tiny"': f'name = "{name}"', **more}, directory, name)
+    # one thread each: the two nodes share this host's 2 cores (two servers of 2 spinning
+    # threads each served 1.4 tok/s a request here)
+    one_core = {"threads = 2, threads-batch = 2": "threads = 1, threads-batch = 1"}
+    path = profile_toml(
+        {**TINY, 'name = "tiny"': f'name = "{name}"', **one_core, **more}, directory, name
+    )
     path.write_text(path.read_text() + f'\n[fleet]\nresources = {{ "{kind}" = 1 }}\n')
     return path
 
@@ -109,7 +114,7 @@ def test_a_fleet_runs_each_profile_on_the_node_with_its_resource(cluster, tmp_pa
         assert run["profile"]["name"] == name and run["status"] == "passed"
         assert "sweep" in run["measurements"] and "single" in run["measurements"]
         verdicts = {c["key"]: c["verdict"] for c in run["checks"]}
-        assert verdicts["sweep.c1.agg_tok_s"] == "pass", verdicts  # judged on its node
+        assert verdicts["sweep.c1.agg_tok_s"] in ("pass", "improved"), verdicts  # on its node
         assert "passed" in Path(entry["log"]).read_text()  # the gate's own pytest log
     levels = json.loads(Path(entries["fleet-b"]["run_json"]).read_text())["measurements"]
     assert {lv["concurrency"] for lv in levels["sweep"]["levels"]} == {1}  # its own profile

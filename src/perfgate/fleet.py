@@ -133,6 +133,9 @@ def gate_on_node(root: str, profile: str, pytest_args: Sequence[str]) -> dict[st
             capture_output=True,
             text=True,
             check=False,
+            # its own process group: Ray SIGKILLs a dead worker's group, which would leave
+            # the gate no time to stop its server; the parent-death SIGTERM does instead
+            start_new_session=True,
             preexec_fn=_die_with_parent,
         )
         runs = {p.name: p.read_text() for p in sorted(Path(out, "runs").glob("*.json"))}
