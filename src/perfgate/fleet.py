@@ -104,8 +104,13 @@ def needs_of(profile: Profile) -> dict[str, float]:
 
 def _die_with_parent() -> None:  # pragma: no cover (runs in the child before exec)
     """The gate gets SIGTERM when the Ray worker that started it dies (a lost node): its
-    pytest then stops the server it launched, as on a CI time limit."""
+    pytest then stops the server it launched, as on a CI time limit. Ray workers block
+    some signals, and masks and ignored signals are inherited: SIGTERM and SIGINT are
+    unblocked and given their default action."""
     libc = ctypes.CDLL(None, use_errno=True)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+    for signum in (signal.SIGTERM, signal.SIGINT):  # an ignored signal stays ignored on exec
+        libc.signal(signum, ctypes.c_void_p(0))  # SIG_DFL (libc's: any thread may call it)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
@@ -127,19 +132,22 @@ def gate_on_node(root: str, profile: str, pytest_args: Sequence[str]) -> dict[st
             "--perf-no-plots",
             *pytest_args,
         ]
-        done = subprocess.run(
-            command,
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=False,
-            # its own process group: Ray SIGKILLs a dead worker's group, which would leave
-            # the gate no time to stop its server; the parent-death SIGTERM does instead
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
+        log_path = Path(out, "gate.log")  # a file, not a pipe: a dead worker breaks no pipe
+        with log_path.open("w", encoding="utf-8") as log_file:
+            done = subprocess.run(
+                command,
+                cwd=root,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                check=False,
+                # its own process group: Ray SIGKILLs a dead worker's group, which would
+                # leave the gate no time to stop its server; the parent-death SIGTERM does
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         runs = {p.name: p.read_text() for p in sorted(Path(out, "runs").glob("*.json"))}
-    log = done.stdout + done.stderr
+        log = log_path.read_text(encoding="utf-8", errors="replace")
     return GateOutcome(
         exit_code=done.returncode,
         node_id=ray.get_runtime_context().get_node_id(),
