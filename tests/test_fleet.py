@@ -8,12 +8,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from perfgate.cli import main
+from perfgate.fleet import remove_orphaned_gate_dirs
 from tests.helpers import ROOT, TINY, profile_toml
 
 pytestmark = pytest.mark.engine
@@ -159,6 +161,7 @@ def test_a_node_lost_mid_run_fails_the_fleet_and_its_server_stops(cluster, tmp_p
     b = fleet_profile(tmp_path, "fleet-b", "kind-b", **slow)
     c = fleet_profile(tmp_path, "fleet-c", "kind-c")  # no node offers kind-c
     out = tmp_path / "fleet"
+    before = set(Path(tempfile.gettempdir()).glob("perfgate-fleet-*"))
     fleet = subprocess.Popen(
         fleet_command(
             ray_cluster.address, [b, c], out, hand_set_targets(tmp_path / "b", "fleet-b")
@@ -196,11 +199,16 @@ def test_a_node_lost_mid_run_fails_the_fleet_and_its_server_stops(cluster, tmp_p
     assert "ray start --address ADDRESS --resources '{\"kind-c\": 1.0}'" in text
     assert "FAILED: 2 of 2 profiles did not pass: fleet-b (lost), fleet-c (unschedulable)" in text
     assert "💀 lost" in (out / "fleet.md").read_text()
-    # the lost gate's pytest got SIGTERM with its worker gone, and stopped its server
+    # the lost gate's server got SIGTERM when its pytest died (its parent-death signal)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in server_pids):
         time.sleep(1)
     assert not [p for p in server_pids if Path(f"/proc/{p}").exists()], "server left running"
+    # its worker never cleaned up its output directory; the next gate on that host does
+    left = [d for d in Path(tempfile.gettempdir()).glob("perfgate-fleet-*") if d not in before]
+    assert left, "the lost gate's output directory is expected to be left behind"
+    assert set(remove_orphaned_gate_dirs()) >= set(left)
+    assert not any(d.exists() for d in left)
 
 
 def test_without_ray_the_fleet_says_how_to_install_it(monkeypatch, capsys, tmp_path):

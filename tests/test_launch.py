@@ -143,3 +143,33 @@ def test_a_script_killed_with_sigterm_stops_its_servers(tmp_path):
     proc.wait(15)
     time.sleep(0.2)
     assert gone(server_pid)
+
+
+def test_a_script_killed_with_sigkill_still_stops_its_servers(tmp_path):
+    """SIGKILL runs no cleanup (a CI runner's hard kill, the OOM killer, Ray reaping a lost
+    node's workers): the server's parent-death signal stops it all the same."""
+    import subprocess
+
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from perfgate.engines import OpenAICompatible\n"
+        "from perfgate.launch import ProcessBackend, free_port\n"
+        "b = ProcessBackend([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
+        "    engine=OpenAICompatible(), model='m', host='127.0.0.1', port=free_port(),\n"
+        f"    log_path=Path({str(tmp_path / 'x.log')!r}), stop_grace_s=2)\n"
+        "print(b.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    server_pid = int(proc.stdout.readline())
+    time.sleep(0.5)
+    assert not gone(server_pid)
+    proc.kill()
+    proc.wait(15)
+    deadline = time.monotonic() + 10
+    while not gone(server_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not gone(server_pid):
+        os.kill(server_pid, 9)  # by pid: do not leave it running even when the test fails
+        pytest.fail("the server outlived the SIGKILLed script that started it")

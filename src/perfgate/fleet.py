@@ -14,10 +14,11 @@ fleet runs.
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import json
+import os
 import shlex
-import signal
+import shutil
 import socket
 import subprocess
 import sys
@@ -32,13 +33,13 @@ from pydantic import BaseModel, Field
 
 from perfgate.baseline import write_json_atomic
 from perfgate.errors import PerfgateError
+from perfgate.launch.lifeline import lifeline
 from perfgate.profile import Profile
 from perfgate.report import RunRecord
 from perfgate.summary import markdown_summary
 
 INSTALL_HINT = "pip install 'perfgate[fleet]' (Ray)"
 MAX_LOG_CHARS = 400_000  # the end of a gate's log comes back
-PR_SET_PDEATHSIG = 1
 
 Status = Literal["passed", "failed", "lost", "error", "unschedulable", "timed out"]
 
@@ -102,16 +103,27 @@ def needs_of(profile: Profile) -> dict[str, float]:
     return needs
 
 
-def _die_with_parent() -> None:  # pragma: no cover (runs in the child before exec)
-    """The gate gets SIGTERM when the Ray worker that started it dies (a lost node): its
-    pytest then stops the server it launched, as on a CI time limit. Ray workers block
-    some signals, and masks and ignored signals are inherited: SIGTERM and SIGINT are
-    unblocked and given their default action."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
-    for signum in (signal.SIGTERM, signal.SIGINT):  # an ignored signal stays ignored on exec
-        libc.signal(signum, ctypes.c_void_p(0))  # SIG_DFL (libc's: any thread may call it)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+GATE_DIR_PREFIX = "perfgate-fleet-"
+OWNER_FILE = "owner.pid"
+
+
+def remove_orphaned_gate_dirs(parent: Path | None = None) -> list[Path]:
+    """Remove the output directories of gates whose worker died before cleaning up (a
+    lost node's, on a host that lives on): those whose owner pid no longer runs."""
+    removed = []
+    for directory in Path(parent or tempfile.gettempdir()).glob(f"{GATE_DIR_PREFIX}*"):
+        try:
+            owner = int((directory / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not one of ours, or still being created
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(directory)
+        except PermissionError:
+            pass  # a live process of another user
+    return removed
 
 
 def gate_on_node(root: str, profile: str, pytest_args: Sequence[str]) -> dict[str, Any]:
@@ -120,7 +132,10 @@ def gate_on_node(root: str, profile: str, pytest_args: Sequence[str]) -> dict[st
     import ray  # runs on a Ray worker
 
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="perfgate-fleet-") as out:
+    with contextlib.suppress(OSError):
+        remove_orphaned_gate_dirs()
+    with tempfile.TemporaryDirectory(prefix=GATE_DIR_PREFIX) as out:
+        Path(out, OWNER_FILE).write_text(str(os.getpid()))
         command = [
             sys.executable,
             "-m",
@@ -144,7 +159,7 @@ def gate_on_node(root: str, profile: str, pytest_args: Sequence[str]) -> dict[st
                 # its own process group: Ray SIGKILLs a dead worker's group, which would
                 # leave the gate no time to stop its server; the parent-death SIGTERM does
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=lifeline(),  # SIGTERM when the Ray worker dies (a lost node)
             )
         runs = {p.name: p.read_text() for p in sorted(Path(out, "runs").glob("*.json"))}
         log = log_path.read_text(encoding="utf-8", errors="replace")

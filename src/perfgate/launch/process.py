@@ -23,6 +23,7 @@ from perfgate.launch.base import (
     wait_until_ready,
 )
 from perfgate.launch.hardware import describe_local_hardware
+from perfgate.launch.lifeline import lifeline
 from perfgate.profile import Profile, redact_argv
 
 OWNER_ENV = "PERFGATE_OWNER"  # set in every server we start, so tests can find leftovers
@@ -91,6 +92,7 @@ class ProcessBackend:
                     stdin=subprocess.DEVNULL,
                     env=full_env,
                     start_new_session=True,
+                    preexec_fn=lifeline(),  # stops with us even if we are SIGKILLed
                 )
             except OSError as exc:
                 raise BackendStartError(
