@@ -7,7 +7,8 @@ the clock, bodies encoded before, requests stamped as they leave, the loop monit
 Both read one CLOCK_MONOTONIC, so each chunk's **observation delay** (perfgate's stamp
 minus the server's write) is perfgate's error. Per level it reports:
 
-- streamed tok/s, and the client's CPU (share of a core, and ms per 1k tokens);
+- streamed tok/s, and the client's CPU: share of a core (all its processes together),
+  streamed tok/s per client core, and CPU µs per token;
 - observation delay p50 / p99 / max;
 - TTFT error: perfgate's TTFT (first chunk minus its send stamp) minus the true one
   (the server's first write minus that same send), p50 / p99: the first chunk's
@@ -21,6 +22,7 @@ minus the server's write) is perfgate's error. Per level it reports:
     python benchmarks/harness_fidelity.py                     # C = 1, 16, 64, 100, 256
     python benchmarks/harness_fidelity.py -c 64 --itl-ms 20   # one level
     python benchmarks/harness_fidelity.py --processes 2       # load over 2 client processes
+    python benchmarks/harness_fidelity.py -c 128 --itl-ms 4 --processes 1,2,4   # 1 against N
     python benchmarks/harness_fidelity.py --client httpx      # the httpx client, to compare
     python benchmarks/harness_fidelity.py --progress          # with the live terminal display
 """
@@ -32,7 +34,7 @@ import asyncio
 import io
 import itertools
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from perfgate.client import RequestRecord, encode_body, request_body
@@ -52,9 +54,18 @@ DEFAULT_LEVELS = [(1, 20.0), (16, 20.0), (64, 20.0), (100, 20.0), (256, 12.8)]
 class TaggedPlan(RequestPlan):
     """Tags each request with its prompt's first word, to pair it with the server's record."""
 
-    def body(self, prompt: str) -> bytes:
+    def body(
+        self,
+        prompt: str,
+        output_len: int | None = None,
+        history: Sequence[tuple[str, str]] = (),
+    ) -> bytes:
         extras = {**self.extras, "sim_tag": prompt.split(maxsplit=1)[0]}
-        return encode_body(request_body(self.api, self.model, prompt, self.output_len, **extras))
+        return encode_body(
+            request_body(
+                self.api, self.model, prompt, output_len or self.output_len, history, **extras
+            )
+        )
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -152,7 +163,7 @@ def _row(
     ms = 1000.0
     return (
         f"| {client} | {concurrency} | {processes} | {itl_ms:g} | {tokens / wall:,.0f} | "
-        f"{cpu / wall:.0%} | {cpu / tokens * 1e6:.1f} | "
+        f"{cpu / wall:.0%} | {tokens / cpu:,.0f} | {cpu / tokens * 1e6:.1f} | "
         f"{_pct(delays, 0.5) * ms:.2f} / {_pct(delays, 0.99) * ms:.2f} / {max(delays) * ms:.1f} | "
         f"{statistics.median(ttft_err) * ms:+.2f} / {_pct(ttft_err, 0.99) * ms:+.2f} | "
         f"{statistics.median(transit) * ms:.2f} / {_pct(transit, 0.99) * ms:.2f} | "
@@ -163,11 +174,12 @@ def _row(
 
 
 HEADER = (
-    "| client | C | processes | ITL ms | streamed tok/s | client CPU | CPU µs/token | "
+    "| client | C | processes | ITL ms | streamed tok/s | client CPU | tok/s per client core | "
+    "CPU µs/token | "
     "observation delay ms p50 / p99 / max | TTFT error ms p50 / p99 | "
     "send to server read ms p50 / p99 | "
     "ITL read ms p50 / p99 | ITL written ms p50 / p99 | monitor lag p99 / max ms | unpaired |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -175,7 +187,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-c", "--concurrency", type=int, help="one level (default: the set)")
     parser.add_argument("--itl-ms", type=float, default=20.0)
-    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument(
+        "--processes",
+        default="1",
+        help="client processes; a list (1,4) measures each level with each count, one row each",
+    )
     parser.add_argument("--output-len", type=int, default=200)
     parser.add_argument("--input-words", type=int, default=1000)
     parser.add_argument("--waves", type=int, default=2, help="requests per worker")
@@ -189,11 +205,12 @@ def main() -> None:
     levels = [(args.concurrency, args.itl_ms)] if args.concurrency else DEFAULT_LEVELS
     print(f"{args.output_len} tokens out, {args.input_words}-word prompts, TTFT 100 ms")
     print(HEADER)
-    for concurrency, itl in levels:
+    counts = [int(n) for n in str(args.processes).split(",")]
+    for (concurrency, itl), processes in itertools.product(levels, counts):
         row = measure(
             concurrency,
             itl,
-            args.processes,
+            processes,
             args.output_len,
             args.input_words,
             args.waves,
