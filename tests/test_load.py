@@ -2,7 +2,6 @@
 
 import asyncio
 import itertools
-import statistics
 
 import httpx
 import pytest
@@ -12,6 +11,7 @@ from perfgate.sim import SimConfig, SimProcess
 from perfgate.workers import HttpxWorkers, RequestPlan
 from perfgate.workload import Prompt
 from tests.scripted import completion_chunk, sse, usage_chunk
+from tests.sim_truth import check_against_the_server, run_one_level
 
 PLAN = RequestPlan(api="completions", model="m", output_len=2, request_timeout_s=5.0)
 
@@ -185,57 +185,9 @@ def test_client_processes_measure_what_one_process_measures_on_the_same_server()
     """One simulated server with exact timings (TTFT 50 ms, ITL 4 ms), one level of C=8 run
     by one client process and then by two: every figure of the merged records is the
     server's own (its write times) within the harness's timing error bound, as one
-    process's are. Requests are told apart by their own output lengths."""
-    from perfgate.client.monitor import LAG_BOUND_S
-    from perfgate.metrics import level_metrics
-
-    concurrency, waves = 8, 3
-    level_prompts = [
-        Prompt(text=f"p{i}", tokens=2, output_len=40 + i) for i in range(concurrency * waves + 1)
-    ]
-    plan = RequestPlan(api="completions", model="m", output_len=40, request_timeout_s=30)
-    runs, truth = {}, {}
+    process's are."""
     with SimProcess(SimConfig(ttft_s=0.05, itl_s=0.004)) as sim:
-        for processes in (1, 2):
-            sweep = asyncio.run(
-                run_sweep(
-                    sim.base_url,
-                    plan,
-                    [concurrency],
-                    lambda c, repeat: level_prompts,
-                    warmup=1,
-                    level_timeout_s=60,
-                    processes=processes,
-                )
-            )
-            level = runs[processes] = sweep.levels[0]
-            served = [t for t in sim.records() if t.arrival >= level.start]  # this run's
-            truth[processes] = {t.max_tokens: t.written for t in served}
-    for processes, level in runs.items():
+        runs = {n: run_one_level(sim, processes=n) for n in (1, 2)}
+    for processes, (level, written) in runs.items():
         assert level.harness is not None and level.harness.processes == processes
-        # the bound a single process holds itself to, or, on a host too busy for that (the
-        # server and 2 clients on 2 cores), the one this run reports; plus 2 ms for this
-        # shared host's scheduling (the exact figures are the benchmark's:
-        # benchmarks/harness_fidelity.py --processes 1,2). A lost clock basis or a
-        # mis-merged record is off by far more.
-        bound = max(LAG_BOUND_S, level.harness.error_bound_s) + 0.002
-        delays, true_tpot, true_ttft = [], [], []
-        for record in level.records:
-            written = truth[processes][level_prompts[record.index + 1].output_len]
-            assert record.ok and len(record.token_times) == len(written)
-            delays += [
-                seen - wrote for seen, wrote in zip(record.token_times, written, strict=True)
-            ]
-            true_ttft.append(written[0] - record.sent)
-            true_tpot.append((written[-1] - written[0]) / (len(written) - 1))
-        # 99% of chunks seen within the bound of their write (|d|: the server stamps right
-        # after writing, so a descheduled server thread may stamp after the client read)
-        p99 = sorted(abs(d) for d in delays)[int(0.99 * len(delays))]
-        evidence = f"{processes} processes, {level.harness.describe()}, chunk error p99 {p99}"
-        assert p99 <= bound, evidence
-        measured = level_metrics(level)
-        assert measured.ok == concurrency * waves and measured.chunks == len(delays)
-        assert abs(measured.ttft_s.p50 - statistics.median(true_ttft)) <= bound, evidence
-        assert abs(measured.tpot_s.p50 - statistics.median(true_tpot)) <= 0.001, evidence
-        last_write = max(w[-1] for w in truth[processes].values())
-        assert abs(measured.wall_s - (last_write - level.start)) <= bound, evidence
+        check_against_the_server(level, written, f"{processes} client processes")

@@ -27,8 +27,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from perfgate.arrivals import Arrival, arrival_offsets
 from perfgate.client import RequestRecord
@@ -437,28 +436,180 @@ def _share(items: Sequence[Any], shard: int, shards: int) -> list[Any]:
     return list(items[shard::shards])
 
 
+# A level's share for one shard: (plan, warmup bodies, measured bodies, each with its
+# output length; concurrency; seconds left before the level's deadline)
+ShardJob = tuple[
+    RequestPlan, list[tuple[bytes, int | None]], list[tuple[bytes, int | None]], int, float
+]
+# What a shard sends back: warmup records, measured records, its harness stats, deadline hit
+ShardResult = tuple[list[RequestRecord], list[RequestRecord], HarnessStats, bool]
+
+
+class ShardRunner:
+    """One shard's side of a level, on its own event loop and connections: warm up, open
+    the connections, then run the measured share when told, counting into ``counts``."""
+
+    def __init__(self, base_url: str, counts: MutableSequence[int]) -> None:
+        self.counts = counts
+        self._workers = WireWorkers(base_url)
+        self._job: tuple[RequestPlan, list[bytes], list[int | None], float, Tally] | None = None
+
+    async def __aenter__(self) -> ShardRunner:
+        await self._workers.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._workers.__aexit__(*exc)
+
+    async def warm(self, job: ShardJob) -> list[RequestRecord]:
+        """Run the warmup share; the measured share waits for :meth:`go`."""
+        plan, warm_share, measured_share, concurrency, timeout_s = job
+        deadline = time.perf_counter() + timeout_s
+        tally = Tally(concurrency, self.counts)
+        tally.begin("warmup", len(warm_share))
+        warm_sent, _ = await _run_requests(
+            self._workers,
+            plan,
+            [b for b, _ in warm_share],
+            concurrency,
+            deadline,
+            time.perf_counter,
+            tally,
+        )
+        measured = [b for b, _ in measured_share]
+        self._job = (plan, measured, [n for _, n in measured_share], deadline, tally)
+        return _completed(warm_sent, plan, [n for _, n in warm_share])
+
+    async def open(self) -> None:
+        """Open the measured share's connections (before the clock)."""
+        assert self._job is not None
+        _, measured, _, _, tally = self._job
+        await self._workers.open(min(tally.concurrency, len(measured)))
+        tally.begin("measure", len(measured))
+
+    async def go(self) -> tuple[list[RequestRecord], HarnessStats, bool]:
+        """Run the measured share: its records, the harness's stats, deadline hit."""
+        assert self._job is not None
+        plan, measured, lens, deadline, tally = self._job
+        self._job = None
+        with collector_paused():
+            async with LoopMonitor(clock=time.perf_counter) as monitor:
+                sent, hit = await _run_requests(
+                    self._workers,
+                    plan,
+                    measured,
+                    tally.concurrency,
+                    deadline,
+                    time.perf_counter,
+                    tally,
+                )
+        return _completed(sent, plan, lens), monitor.stats(), hit
+
+
+class ShardLink(Protocol):
+    """The main process's handle on one shard (a client process here, or a Ray actor)."""
+
+    counts: MutableSequence[int]  # the shard's tally (done, failed), as fresh as it gets
+    clock_error_s: float  # how far its timestamps may be off ours once converted
+
+    async def warm(self, job: ShardJob) -> list[RequestRecord]: ...
+    async def open(self) -> None: ...
+    async def go(self) -> tuple[list[RequestRecord], HarnessStats, bool]: ...
+    async def sync_clock(self) -> None: ...
+    async def refresh_counts(self) -> None: ...
+    def to_our_clock(self, t: float) -> float: ...
+    def close(self) -> None: ...
+
+
+class ProcessLink:
+    """A client process on this host: the same monotonic clock, its tally in shared
+    memory, messages over a pipe."""
+
+    clock_error_s = 0.0
+
+    def __init__(self, base_url: str) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._pipe, child = context.Pipe()
+        self.counts = context.RawArray("q", 2)
+        self._process = context.Process(
+            target=_shard_main, args=(child, base_url, self.counts), daemon=True
+        )
+        self._process.start()
+        child.close()
+
+    async def _say(self, message: object) -> Any:
+        """Send ``message`` and return the answer (a shard that died is an error)."""
+        self._pipe.send(message)
+        try:
+            answer = await asyncio.to_thread(self._pipe.recv)
+        except EOFError:
+            raise RuntimeError(
+                f"client process {self._process.pid} died (exit code {self._process.exitcode})"
+            ) from None
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    async def warm(self, job: ShardJob) -> list[RequestRecord]:
+        return await self._say(job)  # type: ignore[no-any-return]
+
+    async def open(self) -> None:
+        await self._say("open")
+
+    async def go(self) -> tuple[list[RequestRecord], HarnessStats, bool]:
+        return await self._say("go")  # type: ignore[no-any-return]
+
+    async def sync_clock(self) -> None:
+        """One host, one monotonic clock."""
+
+    async def refresh_counts(self) -> None:
+        """Shared memory is always fresh."""
+
+    def to_our_clock(self, t: float) -> float:
+        return t
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, BrokenPipeError):
+            self._pipe.send(None)
+        self._process.join(timeout=5)
+        if self._process.is_alive():
+            self._process.kill()  # by pid
+            self._process.join()
+        self._pipe.close()
+
+
+def _on_our_clock(record: RequestRecord, link: ShardLink) -> RequestRecord:
+    """A shard's record with its timestamps converted to this process's clock."""
+    convert = link.to_our_clock
+    record.start, record.end = convert(record.start), convert(record.end)
+    record.sent = None if record.sent is None else convert(record.sent)
+    record.scheduled = None if record.scheduled is None else convert(record.scheduled)
+    record.token_times = [convert(t) for t in record.token_times]
+    return record
+
+
 class ShardPool:
-    """Client processes that each run a share of a level's workers on their own event
-    loop and connections; the level's records come back merged, indices and all."""
+    """Shards that each run a share of a level's workers on their own event loop and
+    connections (client processes on this host; :mod:`perfgate.rayshards` runs them as
+    Ray actors); the level's records come back merged, indices and all, on this
+    process's clock."""
 
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url
-        self._context = multiprocessing.get_context("spawn")
-        self._shards: list[tuple[BaseProcess, Connection]] = []
-        self._counts: list[MutableSequence[int]] = []  # each shard's tally (done, failed)
+        self._links: list[ShardLink] = []
+
+    def max_shards(self) -> int:
+        """How many shards this pool may run: the host's cores less one."""
+        return max(1, (os.cpu_count() or 1) - 1)
+
+    def new_link(self) -> ShardLink:
+        """Start one more shard."""
+        return ProcessLink(self.base_url)
 
     def ensure(self, count: int) -> None:
-        """Have at least ``count`` shard processes running."""
-        while len(self._shards) < count:
-            parent, child = self._context.Pipe()
-            counts = self._context.RawArray("q", 2)
-            process = self._context.Process(
-                target=_shard_main, args=(child, self.base_url, counts), daemon=True
-            )
-            process.start()
-            child.close()
-            self._shards.append((process, parent))
-            self._counts.append(counts)
+        """Have at least ``count`` shards running."""
+        while len(self._links) < count:
+            self._links.append(self.new_link())
 
     async def run_level(
         self,
@@ -473,44 +624,48 @@ class ShardPool:
         on_measure_start: Callable[[], None] | None = None,
         on_progress: OnProgress | None = None,
     ) -> LevelRun:
-        """:func:`run_level` with its workers spread over ``shards`` processes (each gets
+        """:func:`run_level` with its workers spread over ``shards`` shards (each gets
         every n-th request); the same barriers: all warmups end, then counters are read,
         then all connections open, then the clock starts."""
         shards = max(1, min(shards, concurrency))
         self.ensure(shards)
-        used = self._shards[:shards]
-        tally = PooledTally(concurrency, self._counts[:shards])
+        used = self._links[:shards]
+        await asyncio.gather(*(link.sync_clock() for link in used))
+        tally = PooledTally(concurrency, [link.counts for link in used])
         bodies = [(plan.body(p.text, p.output_len, p.history), p.output_len) for p in prompts]
         warm, measured = bodies[:warmup], bodies[warmup:]
         deadline = time.perf_counter() + level_timeout_s
-        for k, (_, pipe) in enumerate(used):
+
+        def job(k: int) -> ShardJob:
             share = concurrency // shards + (k < concurrency % shards)
-            pipe.send((plan, _share(warm, k, shards), _share(measured, k, shards), share, deadline))
+            left = deadline - time.perf_counter()
+            return (plan, _share(warm, k, shards), _share(measured, k, shards), share, left)
+
         tally.begin("warmup", len(warm))
-        async with progress_shown(tally, on_progress):
-            await _all(used, "warm")
+        async with progress_shown(tally, on_progress), _counts_refreshed(used):
+            warm_results = await asyncio.gather(*(link.warm(job(k)) for k, link in enumerate(used)))
         if on_measure_start is not None:
             on_measure_start()
-        for _, pipe in used:
-            pipe.send("open")
-        await _all(used, "open")
+        await asyncio.gather(*(link.open() for link in used))
         tally.begin("measure", len(measured))
         start = time.perf_counter()
-        for _, pipe in used:
-            pipe.send("go")
-        async with progress_shown(tally, on_progress):
-            results = await _all(used, None)
+        async with progress_shown(tally, on_progress), _counts_refreshed(used):
+            results = await asyncio.gather(*(link.go() for link in used))
         records: list[RequestRecord] = []
         warmup_records: list[RequestRecord] = []
-        for k, (warm_k, records_k, _, _) in enumerate(results):
+        for k, (link, warm_k, (records_k, _, _)) in enumerate(
+            zip(used, warm_results, results, strict=True)
+        ):
             for record in records_k:
                 record.index = record.index * shards + k
-            records += records_k
-            warmup_records += warm_k
+                records.append(_on_our_clock(record, link))
+            warmup_records += [_on_our_clock(r, link) for r in warm_k]
         records.sort(key=lambda r: r.index)
         if on_record is not None:
             for record in records:
                 on_record(record.index, record)
+        harness = HarnessStats.merged([h for _, h, _ in results])
+        harness.clock_error_s = max(link.clock_error_s for link in used)
         return LevelRun(
             concurrency=concurrency,
             records=records,
@@ -518,40 +673,34 @@ class ShardPool:
             end=max((r.end for r in records), default=start),
             warmup_records=warmup_records,
             deadline_hit=any(hit for *_, hit in results),
-            harness=HarnessStats.merged([h for _, _, h, _ in results]),
+            harness=harness,
         )
 
     def close(self) -> None:
-        """Stop every shard process (by pid)."""
-        for _, pipe in self._shards:
-            with contextlib.suppress(OSError, BrokenPipeError):
-                pipe.send(None)
-        for process, pipe in self._shards:
-            process.join(timeout=5)
-            if process.is_alive():
-                process.kill()
-                process.join()
-            pipe.close()
-        self._shards.clear()
+        """Stop every shard."""
+        for link in self._links:
+            link.close()
+        self._links.clear()
 
 
-async def _all(shards: list[tuple[BaseProcess, Connection]], expect: str | None) -> list[Any]:
-    """The next message of every shard (a shard that died is an error, with its exit)."""
+@contextlib.asynccontextmanager
+async def _counts_refreshed(
+    links: Sequence[ShardLink], every_s: float = PROGRESS_EVERY_S / 2
+) -> AsyncIterator[None]:
+    """Keep the shards' tallies fresh while a phase runs (a Ray actor's come by asking)."""
 
-    async def one(process: BaseProcess, pipe: Connection) -> Any:
-        try:
-            message = await asyncio.to_thread(pipe.recv)
-        except EOFError:
-            raise RuntimeError(
-                f"client process {process.pid} died (exit code {process.exitcode})"
-            ) from None
-        if isinstance(message, BaseException):
-            raise message
-        if expect is not None and message != expect:
-            raise RuntimeError(f"client process {process.pid} said {message!r}, not {expect!r}")
-        return message
+    async def refresh() -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            await asyncio.gather(*(link.refresh_counts() for link in links))
 
-    return await asyncio.gather(*(one(p, c) for p, c in shards))
+    task = asyncio.create_task(refresh())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def _shard_main(pipe: Connection, base_url: str, counts: MutableSequence[int]) -> None:
@@ -562,31 +711,15 @@ def _shard_main(pipe: Connection, base_url: str, counts: MutableSequence[int]) -
 
 
 async def _shard_loop(pipe: Connection, base_url: str, counts: MutableSequence[int]) -> None:
-    clock = time.perf_counter
-    async with WireWorkers(base_url) as workers:
+    async with ShardRunner(base_url, counts) as runner:
         while (job := await asyncio.to_thread(pipe.recv)) is not None:
             try:
-                plan, warm_share, measured_share, concurrency, deadline = job
-                warm, warm_lens = [b for b, _ in warm_share], [n for _, n in warm_share]
-                measured, lens = [b for b, _ in measured_share], [n for _, n in measured_share]
-                tally = Tally(concurrency, counts)
-                tally.begin("warmup", len(warm))
-                warm_sent, _ = await _run_requests(
-                    workers, plan, warm, concurrency, deadline, clock, tally
-                )
-                warm_records = _completed(warm_sent, plan, warm_lens)
-                pipe.send("warm")
+                pipe.send(await runner.warm(job))
                 await asyncio.to_thread(pipe.recv)  # "open"
-                await workers.open(min(concurrency, len(measured)))
-                tally.begin("measure", len(measured))
+                await runner.open()
                 pipe.send("open")
                 await asyncio.to_thread(pipe.recv)  # "go"
-                with collector_paused():
-                    async with LoopMonitor(clock=clock) as monitor:
-                        sent, hit = await _run_requests(
-                            workers, plan, measured, concurrency, deadline, clock, tally
-                        )
-                pipe.send((warm_records, _completed(sent, plan, lens), monitor.stats(), hit))
+                pipe.send(await runner.go())
             except Exception as exc:  # the main process raises it
                 pipe.send(exc)
 
@@ -609,6 +742,7 @@ async def run_sweep(
     on_progress: OnProgress | None = None,
     processes: int | Literal["auto"] = "auto",
     rate_shape: RateShape | None = None,
+    pool_for: Callable[[str], ShardPool] = ShardPool,
 ) -> SweepRun:
     """Run levels in order, each worker on its own connection for the whole sweep. A
     float level is a request rate, run open-loop on ``rate_shape``'s schedule
@@ -618,12 +752,14 @@ async def run_sweep(
     ``"next"`` level, ``"repeat"`` this level, or ``"stop"`` the sweep (early abort).
     ``prompts_for(concurrency, repeat)`` gives each run's prompts, warmup first.
     ``processes``: client processes, or ``"auto"``: one, and more once one could not
-    keep up (:func:`client_processes`; at most one less than the host's cores).
+    keep up (:func:`client_processes`; at most the pool's :meth:`ShardPool.max_shards`).
+    ``pool_for(base_url)``: the shards' pool (client processes on this host, or
+    :class:`perfgate.rayshards.RayShardPool`).
     """
     done: list[LevelRun] = []
-    limit = max(1, (os.cpu_count() or 1) - 1) if processes == "auto" else processes
+    pool = pool_for(base_url)
+    limit = pool.max_shards() if processes == "auto" else processes
     current = 1 if processes == "auto" else processes
-    pool = ShardPool(base_url)
     try:
         async with WireWorkers(base_url) as workers:
             for position, concurrency in enumerate(levels):

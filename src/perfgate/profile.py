@@ -189,6 +189,13 @@ class WorkloadSpec(_Strict):
         "many for the next levels whenever one could not keep up (its event loop lagging, "
         "or above 60% of a core), up to the host's cores less one.",
     )
+    client_ray: str | None = Field(
+        None,
+        description="A Ray cluster address ('auto': the cluster this host belongs to): the "
+        "client shards run as Ray actors spread over its nodes, up to its CPUs, instead of "
+        "processes on this host (needs perfgate[fleet]; the server must be reachable "
+        "from every node).",
+    )
 
     @field_validator("rates")
     @classmethod

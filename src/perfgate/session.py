@@ -60,6 +60,7 @@ from perfgate.load import (
     LevelRun,
     RateShape,
     RoundRunner,
+    ShardPool,
     Tally,
     plain_rounds,
     run_sweep,
@@ -68,6 +69,7 @@ from perfgate.metrics import CapacitySearch, LevelData, Measurement, Probe
 from perfgate.observe import SpecWindow, read_facts, rejected_extras, short_outputs
 from perfgate.plots import PlotsUnavailable, load_baseline_run, render_run_plots
 from perfgate.profile import Profile
+from perfgate.rayshards import RayShardPool
 from perfgate.report import BaselineRef, RunRecord, git_commit, render_table
 from perfgate.summary import markdown_summary
 from perfgate.telemetry import GpuSampler, open_nvml
@@ -722,6 +724,7 @@ class PerfgateSession:
                     on_measure_start=measure_start,
                     on_progress=show_progress,
                     processes=w.client_processes,
+                    pool_for=self.shard_pool_for(),
                     rate_shape=RateShape(
                         arrival=w.arrival,
                         burstiness=w.burstiness,
@@ -735,6 +738,14 @@ class PerfgateSession:
             if gpu is not None:
                 gpu.stop()  # interrupted mid-level: the thread ends
         return sweep.not_run
+
+    def shard_pool_for(self) -> Callable[[str], ShardPool]:
+        """The sweep's client shards: processes on this host, or Ray actors over the
+        cluster the profile names (``workload.client_ray``)."""
+        address = self.profile.workload.client_ray
+        if address is None:
+            return ShardPool
+        return lambda base_url: RayShardPool(base_url, address)
 
     def measure_capacity(self, name: str) -> Measurement:
         """The capacity search (``[capacity]``), repeated like a level's runs: at least

@@ -36,6 +36,12 @@ class HarnessStats(BaseModel):
     cpu_s: float = Field(description="CPU seconds the client processes used, together.")
     wall_s: float = Field(description="Seconds watched.")
     processes: int = Field(1, description="Client processes (each its own event loop).")
+    clock_error_s: float = Field(
+        0.0,
+        description="How far client processes on other hosts (Ray actors) may have their "
+        "timestamps off once converted to this process's clock: half the round trip of "
+        "the best clock reading (0: all on this host's monotonic clock).",
+    )
 
     @classmethod
     def merged(cls, shards: list[HarnessStats]) -> HarnessStats:
@@ -48,6 +54,7 @@ class HarnessStats(BaseModel):
             cpu_s=sum(h.cpu_s for h in shards),
             wall_s=max(h.wall_s for h in shards),
             processes=sum(h.processes for h in shards),
+            clock_error_s=max(h.clock_error_s for h in shards),
         )
 
     @property
@@ -58,7 +65,7 @@ class HarnessStats(BaseModel):
     @property
     def error_bound_s(self) -> float:
         """How late a timestamp of this level may be."""
-        return self.loop_lag_p99_s
+        return self.loop_lag_p99_s + self.clock_error_s
 
     @property
     def over_bound(self) -> bool:
@@ -68,6 +75,8 @@ class HarnessStats(BaseModel):
     def describe(self) -> str:
         """One line: timing error and CPU."""
         processes = f" in {self.processes} processes" if self.processes > 1 else ""
+        if self.clock_error_s > 0:
+            processes += f" (clocks joined within {self.clock_error_s * 1000:.2f} ms)"
         return (
             f"harness lag p99 {self.loop_lag_p99_s * 1000:.2f} ms, "
             f"client CPU {self.cpu_share:.0%} of a core{processes}"
