@@ -153,3 +153,18 @@ def test_a_perf_run_sends_its_load_from_ray_actors(ray_here, tmp_path):
     assert levels[2]["harness"]["clock_error_s"] > 0  # joined from actors' clocks
     assert levels[2]["metrics"]["ok"] >= 2 and levels[2]["metrics"]["fail"] == 0
     assert "in 2 processes (clocks joined within" in out
+
+
+def test_more_actors_than_the_cluster_has_cpus_is_a_clear_error(ray_here):
+    """Three shards on a 2-CPU cluster: the third is never placed; the level fails with
+    what to do instead of waiting for ever."""
+    from perfgate.errors import PerfgateError
+
+    what_to_do = r"lower workload\.client_processes, or add nodes"
+    with (
+        SimProcess(SimConfig(ttft_s=0.05, itl_s=0.004)) as sim,
+        pytest.raises(PerfgateError, match=what_to_do),
+    ):
+        run_one_level(
+            sim, processes=3, pool_for=lambda url: RayShardPool(url, "auto", place_timeout_s=5)
+        )

@@ -16,6 +16,8 @@ asks for it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -26,6 +28,7 @@ from perfgate.errors import PerfgateError
 from perfgate.load import ShardJob, ShardLink, ShardPool, ShardRunner
 
 CLOCK_READINGS = 8  # clock readings per actor before each level; the fastest one counts
+PLACE_TIMEOUT_S = 60.0  # how long an actor may wait for a node with a free CPU
 INSTALL_HINT = "pip install 'perfgate[fleet]' (Ray)"
 
 
@@ -75,13 +78,21 @@ class ShardActor:
 class RayLink:
     """The main process's handle on one shard actor."""
 
-    def __init__(self, actor: Any) -> None:
+    def __init__(self, actor: Any, place_timeout_s: float = PLACE_TIMEOUT_S) -> None:
         self._actor = actor
+        self.place_timeout_s = place_timeout_s
         self.counts: list[int] = [0, 0]
         self.clock_error_s = 0.0
         self._offset_s = 0.0
 
     async def sync_clock(self) -> None:
+        try:  # the first reading waits for Ray to place the actor
+            await asyncio.wait_for(self._actor.now.remote(), self.place_timeout_s)
+        except TimeoutError:
+            raise PerfgateError(
+                f"Ray placed no client shard actor within {self.place_timeout_s:g} s (each "
+                "needs 1 free CPU on a node): lower workload.client_processes, or add nodes"
+            ) from None
         readings = []
         for _ in range(CLOCK_READINGS):
             before = time.perf_counter()
@@ -107,17 +118,20 @@ class RayLink:
     def close(self) -> None:
         import ray
 
-        try:
+        with contextlib.suppress(ray.exceptions.RayError):  # a dead actor stops nothing
             ray.get(self._actor.stop.remote(), timeout=10)
-        finally:
+        with contextlib.suppress(ray.exceptions.RayError):
             ray.kill(self._actor)
 
 
 class RayShardPool(ShardPool):
     """Shards as Ray actors (one CPU each), spread over the cluster at ``address``."""
 
-    def __init__(self, base_url: str, address: str) -> None:
+    def __init__(
+        self, base_url: str, address: str, place_timeout_s: float = PLACE_TIMEOUT_S
+    ) -> None:
         super().__init__(base_url)
+        self.place_timeout_s = place_timeout_s
         try:
             import ray
         except ImportError:
@@ -133,7 +147,7 @@ class RayShardPool(ShardPool):
         return max(1, int(self._ray.cluster_resources().get("CPU", 1)))
 
     def new_link(self) -> ShardLink:
-        return RayLink(self._actor.remote(self.base_url))
+        return RayLink(self._actor.remote(self.base_url), self.place_timeout_s)
 
     def close(self) -> None:
         try:
