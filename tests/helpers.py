@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from perfgate.launch.process import OWNER_ENV
+from perfgate.telemetry import SMI_FIELDS
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE_TOML = (ROOT / "profiles" / "llamacpp-gemma3-270m.toml").read_text()
@@ -194,9 +195,19 @@ FAKE_GPUS = (
 )
 
 
+# nvidia-smi --query-gpu=index,name,utilization.gpu,memory.used,power.draw,clocks.sm
+# --format=csv,noheader,nounits, written from nvidia-smi's documentation (no GPU here):
+# one line per GPU, "[N/A]" / "[Not Supported]" where a GPU cannot say
+FAKE_SMI_SAMPLES = (
+    "0, NVIDIA H100 80GB HBM3, 37, 1024, 250.00, 1980\n"
+    "1, NVIDIA A100-SXM4-80GB, [N/A], 2048, [Not Supported], 1410\n"
+)
+
+
 def fake_nvidia_smi(directory: Path, *, guard: str = "", counter: Path | None = None) -> Path:
     """An executable ``nvidia-smi`` (a /bin/sh script) in ``directory`` printing FAKE_GPUS
-    for the hardware probe's exact query. With ``guard``, a shell condition that must hold
+    for the hardware probe's exact query, and FAKE_SMI_SAMPLES ten times a second for the
+    sampling loop's. With ``guard``, a shell condition that must hold
     where it runs (else it prints why and exits 9, as nvidia-smi does without a driver);
     with ``counter``, each run appends a line to that file."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -205,7 +216,13 @@ def fake_nvidia_smi(directory: Path, *, guard: str = "", counter: Path | None = 
         lines.append(f"if ! {guard}; then echo 'fake nvidia-smi: not where expected'; exit 9; fi")
     if counter is not None:
         lines.append(f"echo run >> '{counter}'")
-    lines += [
+    lines += [  # the sampling loop perfgate runs through the ssh launcher, and its lines
+        f'if [ "$1" = --query-gpu={SMI_FIELDS} ]; then',
+        "  while :; do",
+        *(f"    echo '{row}'" for row in FAKE_SMI_SAMPLES.splitlines()),
+        "    sleep 0.1",
+        "  done",
+        "fi",
         'if [ "$1" != --query-gpu=index,uuid,name ] || [ "$2" != --format=csv,noheader ]; then',
         '  echo "unexpected arguments: $*"; exit 2',
         "fi",

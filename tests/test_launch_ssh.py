@@ -4,9 +4,11 @@ this machine, so the llama-server binary and the model have the same paths there
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -128,3 +130,52 @@ def test_hardware_is_probed_on_the_remote_host(sshd, tmp_path):
     local = describe_local_hardware({**os.environ, **profile.server.env})
     assert local["gpus"] == 0 and str(local["gpu_probe"]).startswith("failed (exit 9)")
     assert owned_server_pids() == set()
+
+
+def test_gpu_telemetry_is_read_on_the_remote_host(sshd, tmp_path):
+    """A perf run through the ssh launcher samples the server's host's GPUs with
+    nvidia-smi's loop over the same connection (a fake nvidia-smi that answers only inside
+    an ssh session to this sshd, on the profile's server PATH; its lines are written from
+    nvidia-smi's documentation): every level run has the remote GPUs' telemetry, the table
+    shows it, and no loop is left running."""
+    bindir = tmp_path / "remote-bin"
+    fake_nvidia_smi(bindir, guard=f'[ "${{SSH_CONNECTION##* }}" = {sshd.port} ]')
+    path = ssh_profile(tmp_path, sshd)
+    env = f'env = {{ PATH = "{bindir}:{os.environ["PATH"]}" }}'
+    path.write_text(path.read_text().replace("[server]\n", f"[server]\n{env}\n"))
+    result = run_pytest(
+        "suites/perf",
+        "-m",
+        "perf",
+        "-k",
+        "sweep",
+        f"--profile={path}",
+        floor_baselines(path),
+        f"--perf-output={tmp_path / 'out'}",
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    run = json.loads(next((tmp_path / "out" / "runs").glob("*.json")).read_text())
+    assert not [n for n in run["notes"] if "GPU telemetry" in n], run["notes"]
+    levels = run["measurements"]["sweep"]["levels"]
+    assert levels and all(lv["gpu"] is not None for lv in levels)
+    for level in levels:
+        h100, a100 = level["gpu"]["gpus"]
+        assert h100["name"] == "NVIDIA H100 80GB HBM3" and h100["samples"] >= 1, level["gpu"]
+        assert h100["util_mean_pct"] == 37 and h100["power_mean_w"] == 250
+        assert a100["power_mean_w"] is None
+    assert "GPU util%" in out and "J/tok" in out
+    time.sleep(0.5)
+    loops = _running_with(str(bindir).encode())
+    assert not loops, f"nvidia-smi loops left running: {loops}"
+    assert owned_server_pids() == set()
+
+
+def _running_with(marker: bytes) -> list[int]:
+    """Pids of processes whose command line holds ``marker`` (read from /proc)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if marker in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+    return found

@@ -221,3 +221,46 @@ def test_the_table_shows_utilisation_and_energy_per_token():
     assert table.splitlines()[3].split("|")[-1].strip() == f"{joules:.3f}"
     assert table in render_table("sweep", m, None)
     assert gpu_table(Measurement(levels=[level_run(1, 50.0)])) == ""  # no NVML: no table
+
+
+def test_nvidia_smi_lines_are_read_with_what_a_gpu_cannot_say_left_out():
+    """Lines in nvidia-smi's documented CSV (tests.helpers.FAKE_SMI_SAMPLES, written from
+    its documentation: no GPU here)."""
+    from perfgate.telemetry import parse_smi_line
+    from tests.helpers import FAKE_SMI_SAMPLES
+
+    h100, a100 = (parse_smi_line(line) for line in FAKE_SMI_SAMPLES.splitlines())
+    assert h100 == (0, "NVIDIA H100 80GB HBM3", [37.0, 1024.0, 250.0, 1980.0])
+    assert a100 == (1, "NVIDIA A100-SXM4-80GB", [None, 2048.0, None, 1410.0])
+    assert parse_smi_line("NVIDIA-SMI has failed because it couldn't communicate") is None
+
+
+def test_the_smi_loop_gives_a_levels_telemetry_and_stops(tmp_path):
+    """nvidia-smi's sampling loop (the fake, run here as the ssh launcher runs it there):
+    each GPU's means, power integrated into energy, and the loop stopped."""
+    from perfgate.telemetry import SmiSampler, smi_command
+    from tests.helpers import fake_nvidia_smi
+
+    smi = fake_nvidia_smi(tmp_path / "bin")
+    sampler = SmiSampler(["sh", "-c", f"exec {smi.parent}/{smi_command(0.1)}"])
+    sampler.start()
+    time.sleep(0.6)
+    process = sampler._process
+    telemetry = sampler.stop()
+    assert telemetry is not None and process is not None and process.poll() is not None
+    h100, a100 = telemetry.gpus
+    assert h100.name == "NVIDIA H100 80GB HBM3" and h100.samples >= 3
+    assert h100.util_mean_pct == 37 and h100.power_mean_w == 250
+    assert h100.sm_clock_mean_mhz == 1980 and h100.memory_used_max_mib == 1024
+    assert h100.energy_j == pytest.approx(250 * 0.5, rel=0.5)  # ~0.5 s between samples' ends
+    assert a100.power_mean_w is None and a100.energy_j is None and telemetry.energy_j is None
+
+
+def test_an_smi_loop_that_cannot_run_gives_no_telemetry_and_says_why(tmp_path):
+    from perfgate.telemetry import SmiSampler
+
+    sampler = SmiSampler(["sh", "-c", "echo 'sh: 1: nvidia-smi: not found'; exit 127"])
+    sampler.start()
+    time.sleep(0.2)
+    assert sampler.stop() is None
+    assert sampler.problem == "sh: 1: nvidia-smi: not found"

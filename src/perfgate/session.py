@@ -72,7 +72,14 @@ from perfgate.profile import Profile
 from perfgate.rayshards import RayShardPool
 from perfgate.report import BaselineRef, RunRecord, git_commit, render_table
 from perfgate.summary import markdown_summary
-from perfgate.telemetry import GpuSampler, open_nvml
+from perfgate.telemetry import (
+    SAMPLE_INTERVAL_S,
+    GpuSampler,
+    GpuTelemetry,
+    SmiSampler,
+    open_nvml,
+    smi_command,
+)
 from perfgate.twin import twin_greedy
 from perfgate.workers import RequestPlan, SequentialClient
 from perfgate.workload import (
@@ -330,27 +337,47 @@ class PerfgateSession:
         )
         return backend
 
-    def gpu_sampler(self) -> GpuSampler | None:
-        """The host's GPU sampler (NVML), opened once; None with a note (in the run JSON,
-        and said once) where NVML is absent or the server runs on another host."""
-        if isinstance(self._gpu, GpuSampler):
+    def gpu_sampler(self) -> GpuSampler | SmiSampler | None:
+        """The serving host's GPU sampler, opened once: NVML here, or ``nvidia-smi``'s loop
+        through the ssh launcher's connection; None with a note (in the run JSON, and said
+        once) where NVML is absent or the server runs on a host perfgate cannot reach."""
+        if isinstance(self._gpu, GpuSampler | SmiSampler):
             return self._gpu
         if self._gpu is None:
             host = urlsplit(self.base_url).hostname if self.base_url else None
-            if self.profile.launcher == "ssh" and not self.base_url:
-                why = "the server runs on another host (ssh launcher); NVML reads this host's"
-            elif host is not None and host not in LOCAL_HOSTS:
+            remote = getattr(self.backend, "remote_argv", None)
+            if remote is not None and not self.base_url:
+                self._gpu = SmiSampler(remote(smi_command(SAMPLE_INTERVAL_S)), SAMPLE_INTERVAL_S)
+                return self._gpu
+            if host is not None and host not in LOCAL_HOSTS:
                 why = f"the server ({host}) is not on this host; NVML reads this host's GPUs"
             else:
                 nvml, why = open_nvml()
                 if nvml is not None:
-                    self._gpu = GpuSampler(nvml)
+                    self._gpu = GpuSampler(nvml, SAMPLE_INTERVAL_S)
                     return self._gpu
-            note = why if why.startswith("no GPU telemetry") else f"no GPU telemetry: {why}"
-            self._gpu = note
+            self.no_gpu_telemetry(why)
+        return None
+
+    def no_gpu_telemetry(self, why: str) -> None:
+        """Say once, in the output and the run JSON, why there is no GPU telemetry."""
+        note = why if why.startswith("no GPU telemetry") else f"no GPU telemetry: {why}"
+        self._gpu = note
+        if note not in self.run.notes:
             self.run.notes.append(note)
             self.progress(f"perfgate: {note}")
-        return None
+
+    def gpu_stopped(self, sampler: GpuSampler | SmiSampler | None) -> GpuTelemetry | None:
+        """A level's GPU telemetry; a remote loop that gave no sample stops the sampling
+        for the run, with a note saying what it said."""
+        if sampler is None:
+            return None
+        telemetry = sampler.stop()
+        if telemetry is None and isinstance(sampler, SmiSampler):
+            self.no_gpu_telemetry(
+                f"nvidia-smi on the server's host gave no sample ({sampler.problem or 'no output'})"
+            )
+        return telemetry
 
     def degraded(self, message: str) -> None:
         """Say once, in the output and the run JSON, what perfgate could not do as usual."""
@@ -683,7 +710,7 @@ class PerfgateSession:
                 first_repeat + repeat,
                 spec=spec_window.close(),
                 slo=self.profile.slo,
-                gpu=gpu.stop() if gpu is not None else None,
+                gpu=self.gpu_stopped(gpu),
             )
             collected.append(data)
             self._check_output_lengths(data)
@@ -902,7 +929,7 @@ class PerfgateSession:
                     repeat,
                     spec=spec_window.close(),
                     slo=self.profile.slo,
-                    gpu=gpu.stop() if gpu is not None else None,
+                    gpu=self.gpu_stopped(gpu),
                 )
             )
             self._check_output_lengths(measurement.levels[-1])

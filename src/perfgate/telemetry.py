@@ -13,7 +13,11 @@ event loop that times the streams (its thread wakes ten times a second).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
+import signal
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,8 +26,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from perfgate.launch.lifeline import lifeline
+
 INSTALL_HINT = "pip install 'perfgate[gpu]' (nvidia-ml-py) on a host with an NVIDIA driver"
 MIB = 1024 * 1024
+SAMPLE_INTERVAL_S = 0.1  # GPU samples during a level: ten a second
 
 
 class GpuStats(BaseModel):
@@ -108,7 +115,7 @@ class _Gpu:
 class GpuSampler:
     """Samples every GPU on a thread between :meth:`start` and :meth:`stop`."""
 
-    def __init__(self, nvml: ModuleType, interval_s: float = 0.1) -> None:
+    def __init__(self, nvml: ModuleType, interval_s: float = SAMPLE_INTERVAL_S) -> None:
         self.nvml = nvml
         self.interval_s = interval_s
         self._thread: threading.Thread | None = None
@@ -168,23 +175,136 @@ class GpuSampler:
 
     def _stats(self, gpu: _Gpu) -> GpuStats:
         energy_end = _optional(self.nvml.nvmlDeviceGetTotalEnergyConsumption, gpu.handle)
+        counted = None
         if gpu.energy_start_mj is not None and energy_end is not None:
-            energy: float | None = (energy_end - gpu.energy_start_mj) / 1000
-        elif len(gpu.power) >= 2:  # trapezoids between samples
-            energy = sum(
-                (t1 - t0) * (w0 + w1) / 2
-                for (t0, w0), (t1, w1) in zip(gpu.power, gpu.power[1:], strict=False)
-            )
-        else:
-            energy = None
-        watts = [w for _, w in gpu.power]
-        return GpuStats(
-            index=gpu.index,
-            name=gpu.name,
-            samples=max(len(gpu.util), len(watts)),
-            util_mean_pct=sum(gpu.util) / len(gpu.util) if gpu.util else 0.0,
-            memory_used_max_mib=max(gpu.memory, default=0.0),
-            power_mean_w=sum(watts) / len(watts) if watts else None,
-            sm_clock_mean_mhz=sum(gpu.clock) / len(gpu.clock) if gpu.clock else None,
-            energy_j=energy,
+            counted = (energy_end - gpu.energy_start_mj) / 1000
+        return _gpu_stats(gpu, counted)
+
+
+def _gpu_stats(gpu: _Gpu, counted_energy_j: float | None) -> GpuStats:
+    """One GPU's samples as its level figures (energy: the driver's counter where it
+    counted, else power integrated over the samples)."""
+    if counted_energy_j is not None:
+        energy: float | None = counted_energy_j
+    elif len(gpu.power) >= 2:  # trapezoids between samples
+        energy = sum(
+            (t1 - t0) * (w0 + w1) / 2
+            for (t0, w0), (t1, w1) in zip(gpu.power, gpu.power[1:], strict=False)
+        )
+    else:
+        energy = None
+    watts = [w for _, w in gpu.power]
+    return GpuStats(
+        index=gpu.index,
+        name=gpu.name,
+        samples=max(len(gpu.util), len(watts)),
+        util_mean_pct=sum(gpu.util) / len(gpu.util) if gpu.util else 0.0,
+        memory_used_max_mib=max(gpu.memory, default=0.0),
+        power_mean_w=sum(watts) / len(watts) if watts else None,
+        sm_clock_mean_mhz=sum(gpu.clock) / len(gpu.clock) if gpu.clock else None,
+        energy_j=energy,
+    )
+
+
+SMI_FIELDS = "index,name,utilization.gpu,memory.used,power.draw,clocks.sm"
+
+
+def smi_command(interval_s: float) -> str:
+    """nvidia-smi's own sampling loop: one CSV line per GPU every ``interval_s``."""
+    return (
+        f"nvidia-smi --query-gpu={SMI_FIELDS} --format=csv,noheader,nounits "
+        f"-lms {max(1, round(interval_s * 1000))}"
+    )
+
+
+def _smi_number(text: str) -> float | None:
+    """A number of nvidia-smi's CSV ("[N/A]", "[Not Supported]": None)."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def parse_smi_line(line: str) -> tuple[int, str, list[float | None]] | None:
+    """(index, name, [utilisation %, memory MiB, power W, SM clock MHz]) of one line of
+    :func:`smi_command`'s output (None: not such a line)."""
+    fields = [f.strip() for f in line.split(",")]
+    if len(fields) != 6 or not fields[0].isdigit():
+        return None
+    return int(fields[0]), fields[1], [_smi_number(f) for f in fields[2:]]
+
+
+class SmiSampler:
+    """Samples the serving host's GPUs through ``nvidia-smi``'s sampling loop, run by
+    ``argv`` (the launcher's way there: the ssh launcher's connection), read on a thread
+    between :meth:`start` and :meth:`stop`. Energy is power integrated over the samples."""
+
+    def __init__(self, argv: list[str], interval_s: float = SAMPLE_INTERVAL_S) -> None:
+        self.argv = argv
+        self.interval_s = interval_s
+        self._process: subprocess.Popen[str] | None = None
+        self._thread: threading.Thread | None = None
+        self._gpus: dict[int, _Gpu] = {}
+        self._started = 0.0
+        self.problem = ""  # the loop's last words, when it ended on its own
+
+    def start(self) -> None:
+        """Begin a level's sampling (a sampling in progress is dropped)."""
+        self.stop()
+        self._gpus = {}
+        self._started = time.perf_counter()
+        self._process = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            preexec_fn=lifeline(),
+        )
+        self._thread = threading.Thread(
+            target=self._read, args=(self._process,), name="perfgate-smi", daemon=True
+        )
+        self._thread.start()
+
+    def _read(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            parsed = parse_smi_line(line)
+            if parsed is None:
+                self.problem = line.strip()[-300:]
+                continue
+            index, name, (util, memory, power, clock) = parsed
+            gpu = self._gpus.setdefault(index, _Gpu(index, None, name))
+            if util is not None:
+                gpu.util.append(util)
+            if memory is not None:
+                gpu.memory.append(memory)
+            if power is not None:
+                gpu.power.append((time.perf_counter(), power))
+            if clock is not None:
+                gpu.clock.append(clock)
+
+    def stop(self) -> GpuTelemetry | None:
+        """End the sampling: the level's telemetry (None when none was started, or when
+        the loop gave no sample: :attr:`problem` says what it said)."""
+        process, thread = self._process, self._thread
+        if process is None or thread is None:
+            return None
+        self._process = self._thread = None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)  # by its group: the ssh client and all
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        thread.join(timeout=5)
+        if not self._gpus:
+            return None
+        return GpuTelemetry(
+            wall_s=time.perf_counter() - self._started,
+            interval_s=self.interval_s,
+            gpus=[_gpu_stats(gpu, None) for _, gpu in sorted(self._gpus.items())],
         )

@@ -127,6 +127,12 @@ class SshBackend:
             check=False,
         )
 
+    def remote_argv(self, command: str) -> list[str]:
+        """A local command line that runs ``command`` on the server's host, through the
+        same connection, with the profile's server environment exported (as the hardware
+        probe runs): for samplers reading that host while a level runs."""
+        return [*self._ssh_args(), self.spec.host, env_exports(self.env) + "exec " + command]
+
     def _check_connection(self) -> None:
         where = f"{self.spec.host} port {self.spec.port}"
         try:
