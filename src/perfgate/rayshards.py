@@ -81,6 +81,7 @@ class RayLink:
     def __init__(self, actor: Any, place_timeout_s: float = PLACE_TIMEOUT_S) -> None:
         self._actor = actor
         self.place_timeout_s = place_timeout_s
+        self._placed = False
         self.counts: list[int] = [0, 0]
         self.clock_error_s = 0.0
         self._offset_s = 0.0
@@ -88,6 +89,7 @@ class RayLink:
     async def sync_clock(self) -> None:
         try:  # the first reading waits for Ray to place the actor
             await asyncio.wait_for(self._actor.now.remote(), self.place_timeout_s)
+            self._placed = True
         except TimeoutError:
             raise PerfgateError(
                 f"Ray placed no client shard actor within {self.place_timeout_s:g} s (each "
@@ -118,8 +120,9 @@ class RayLink:
     def close(self) -> None:
         import ray
 
-        with contextlib.suppress(ray.exceptions.RayError):  # a dead actor stops nothing
-            ray.get(self._actor.stop.remote(), timeout=10)
+        if self._placed:  # an actor never placed, or dead, has nothing to stop
+            with contextlib.suppress(ray.exceptions.RayError):
+                ray.get(self._actor.stop.remote(), timeout=10)
         with contextlib.suppress(ray.exceptions.RayError):
             ray.kill(self._actor)
 
