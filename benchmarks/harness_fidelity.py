@@ -35,9 +35,9 @@ import io
 import itertools
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from perfgate.client import RequestRecord, encode_body, request_body
+from perfgate.client import RequestRecord
 from perfgate.client.monitor import HarnessStats
 from perfgate.client.transport import pooled_client
 from perfgate.live import ProgressView
@@ -61,11 +61,7 @@ class TaggedPlan(RequestPlan):
         history: Sequence[tuple[str, str]] = (),
     ) -> bytes:
         extras = {**self.extras, "sim_tag": prompt.split(maxsplit=1)[0]}
-        return encode_body(
-            request_body(
-                self.api, self.model, prompt, output_len or self.output_len, history, **extras
-            )
-        )
+        return RequestPlan.body(replace(self, extras=extras), prompt, output_len, history)
 
 
 def _pct(values: list[float], q: float) -> float:

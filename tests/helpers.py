@@ -232,3 +232,19 @@ def fake_nvidia_smi(directory: Path, *, guard: str = "", counter: Path | None = 
     path.write_text("\n".join(lines) + "\n")
     path.chmod(0o755)
     return path
+
+
+RAY_HINT = "Ray is not installed: pip install 'perfgate[fleet]'"
+
+
+def require_ray() -> None:
+    """Skip without Ray, with the install hint; fail instead where PERFGATE_REQUIRE_RAY is
+    set (CI installs it)."""
+    import pytest
+
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        if os.environ.get("PERFGATE_REQUIRE_RAY"):
+            pytest.fail(f"PERFGATE_REQUIRE_RAY is set but {RAY_HINT}")
+        pytest.skip(RAY_HINT)

@@ -5,7 +5,6 @@ the two tiny llama.cpp profiles gated on them through the CLI, as users run it."
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -16,27 +15,18 @@ import pytest
 
 from perfgate.cli import main
 from perfgate.fleet import remove_orphaned_gate_dirs
-from tests.helpers import ROOT, TINY, profile_toml
+from tests.helpers import ROOT, TINY, profile_toml, require_ray
 
 pytestmark = pytest.mark.engine
-
-RAY_HINT = "Ray is not installed: pip install 'perfgate[fleet]'"
-
-
-def require_ray():
-    try:
-        from ray.cluster_utils import Cluster
-    except ImportError:
-        if os.environ.get("PERFGATE_REQUIRE_RAY"):
-            pytest.fail(f"PERFGATE_REQUIRE_RAY is set but {RAY_HINT}")
-        pytest.skip(RAY_HINT)
-    return Cluster
 
 
 @pytest.fixture
 def cluster():
     """A head (no CPUs: it runs no gate) and nodes offering kind-a and kind-b."""
-    cluster = require_ray()(
+    require_ray()
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
         initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
     )
     nodes = {

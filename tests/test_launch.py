@@ -123,7 +123,9 @@ def test_log_goes_to_a_file_with_the_command_line(tmp_path):
     assert "hello from server" in b.log_tail(5)
 
 
-def test_a_script_killed_with_sigterm_stops_its_servers(tmp_path):
+def script_with_a_server(tmp_path):
+    """A Python script that launches a stand-in server and waits: (its process, the
+    server's pid)."""
     import subprocess
 
     script = (
@@ -138,7 +140,11 @@ def test_a_script_killed_with_sigterm_stops_its_servers(tmp_path):
         "time.sleep(60)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    server_pid = int(proc.stdout.readline())
+    return proc, int(proc.stdout.readline())
+
+
+def test_a_script_killed_with_sigterm_stops_its_servers(tmp_path):
+    proc, server_pid = script_with_a_server(tmp_path)
     proc.terminate()
     proc.wait(15)
     time.sleep(0.2)
@@ -148,21 +154,7 @@ def test_a_script_killed_with_sigterm_stops_its_servers(tmp_path):
 def test_a_script_killed_with_sigkill_still_stops_its_servers(tmp_path):
     """SIGKILL runs no cleanup (a CI runner's hard kill, the OOM killer, Ray reaping a lost
     node's workers): the server's parent-death signal stops it all the same."""
-    import subprocess
-
-    script = (
-        "import sys, time\n"
-        "from pathlib import Path\n"
-        "from perfgate.engines import OpenAICompatible\n"
-        "from perfgate.launch import ProcessBackend, free_port\n"
-        "b = ProcessBackend([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
-        "    engine=OpenAICompatible(), model='m', host='127.0.0.1', port=free_port(),\n"
-        f"    log_path=Path({str(tmp_path / 'x.log')!r}), stop_grace_s=2)\n"
-        "print(b.pid, flush=True)\n"
-        "time.sleep(60)\n"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    server_pid = int(proc.stdout.readline())
+    proc, server_pid = script_with_a_server(tmp_path)
     time.sleep(0.5)
     assert not gone(server_pid)
     proc.kill()

@@ -4,7 +4,6 @@ against the simulator with exact timings; the clock joining on its own."""
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import pytest
@@ -12,21 +11,16 @@ import pytest
 from perfgate.load import ShardPool
 from perfgate.rayshards import RayLink, RayShardPool, clock_offset
 from perfgate.sim import SimConfig, SimProcess
-from tests.helpers import TINY, floor_baselines, profile_toml, run_pytest
+from tests.helpers import TINY, floor_baselines, profile_toml, require_ray, run_pytest
 from tests.sim_truth import check_against_the_server, run_one_level
-
-RAY_HINT = "Ray is not installed: pip install 'perfgate[fleet]'"
 
 
 @pytest.fixture(scope="module")
 def ray_here():
     """A local Ray cluster on this host (2 CPUs: two shard actors)."""
-    try:
-        import ray
-    except ImportError:
-        if os.environ.get("PERFGATE_REQUIRE_RAY"):
-            pytest.fail(f"PERFGATE_REQUIRE_RAY is set but {RAY_HINT}")
-        pytest.skip(RAY_HINT)
+    require_ray()
+    import ray
+
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield ray

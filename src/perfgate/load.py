@@ -24,7 +24,7 @@ import gc
 import multiprocessing
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, MutableSequence, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Literal, Protocol
@@ -231,11 +231,22 @@ async def progress_shown(
     on_progress(tally)
 
     async def tick() -> None:
+        on_progress(tally)
+
+    async with _every(every_s, tick):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def _every(every_s: float, step: Callable[[], Awaitable[None]]) -> AsyncIterator[None]:
+    """Await ``step()`` every ``every_s`` while the block runs."""
+
+    async def loop() -> None:
         while True:
             await asyncio.sleep(every_s)
-            on_progress(tally)
+            await step()
 
-    task = asyncio.create_task(tick())
+    task = asyncio.create_task(loop())
     try:
         yield
     finally:
@@ -690,17 +701,10 @@ async def _counts_refreshed(
     """Keep the shards' tallies fresh while a phase runs (a Ray actor's come by asking)."""
 
     async def refresh() -> None:
-        while True:
-            await asyncio.sleep(every_s)
-            await asyncio.gather(*(link.refresh_counts() for link in links))
+        await asyncio.gather(*(link.refresh_counts() for link in links))
 
-    task = asyncio.create_task(refresh())
-    try:
+    async with _every(every_s, refresh):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def _shard_main(pipe: Connection, base_url: str, counts: MutableSequence[int]) -> None:
