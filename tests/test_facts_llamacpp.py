@@ -277,3 +277,49 @@ def test_log_facts_override_the_command_lines_for_the_same_key():
     log = LlamaCpp().log_facts(read("llamacpp-cpu-fa-off-q8k.log"))
     merged: dict[str, Fact] = {**command, **log}
     assert merged["kv_cache_type_k"].value == "q8_0" and merged["kv_cache_type_k"].source == "log"
+
+
+# -- the AMX workaround (llama.cpp's AMX kernels crash at startup on AMX hosts) -------------
+
+CPUINFO = Path(__file__).parent / "data" / "cpuinfo"
+
+
+def amd_cpuinfo(tmp_path: Path) -> Path:
+    """The captured Intel head with every AMX flag taken out: an AVX-512 host without AMX."""
+    text = (CPUINFO / "intel-xeon-amx.txt").read_text()
+    flags = [f for f in text.split() if not f.startswith("amx")]
+    path = tmp_path / "cpuinfo"
+    path.write_text("flags\t\t: " + " ".join(f for f in flags if f.islower()) + "\n")
+    return path
+
+
+def test_an_amx_host_gets_no_repack_and_the_fact_says_repack_false(tmp_path):
+    """On the captured AMX host, perfgate's own llama-server build runs with --no-repack,
+    read back as the fact repack = False; elsewhere the command line is untouched."""
+    from perfgate.engines.llamacpp import amx_workaround, host_has_amx
+    from perfgate.profile import load_profile
+    from tests.helpers import ROOT
+
+    profile = load_profile("llamacpp-gemma3-270m", ROOT / "profiles")
+    amx = CPUINFO / "intel-xeon-amx.txt"
+    assert host_has_amx(amx) and not host_has_amx(amd_cpuinfo(tmp_path))
+    assert amx_workaround(profile, ["llama-server"], amx) == ["--no-repack"]
+    assert amx_workaround(profile, ["llama-server"], amd_cpuinfo(tmp_path)) == []
+    assert not host_has_amx(tmp_path / "absent")
+    facts = LlamaCpp().command_facts(["llama-server", "--threads", "2", "--no-repack"])
+    assert facts["repack"].value is False
+
+
+def test_a_profile_that_sets_repack_or_its_own_command_is_left_alone():
+    from perfgate.engines.llamacpp import amx_workaround
+    from perfgate.profile import load_profile
+    from tests.helpers import ROOT
+
+    profile = load_profile("llamacpp-gemma3-270m", ROOT / "profiles")
+    amx = CPUINFO / "intel-xeon-amx.txt"
+    assert amx_workaround(profile, ["llama-server", "--repack"], amx) == []
+    assert amx_workaround(profile, ["llama-server", "-nr"], amx) == []
+    own = profile.model_copy(
+        update={"server": profile.server.model_copy(update={"command": ["my-llama-server"]})}
+    )
+    assert amx_workaround(own, ["my-llama-server"], amx) == []

