@@ -69,7 +69,8 @@ def test_finish_reason_stop_at_end_of_sequence(asker, perfgate_session):
     refuses logit_bias in this configuration (vLLM with speculative decoding) cannot run
     this check on a base model: it says so, in the output and the run JSON."""
     spec = perfgate_session.profile.correctness
-    params: dict[str, object] = {"temperature": 0}
+    # computed afresh each time (no reused prompt cache): both answers must be the same text
+    params: dict[str, object] = {"temperature": 0, **perfgate_session.engine.deterministic_extras()}
     prompt = END_QUESTION
     if asker.kind == "base":
         prompt = COMPLETION_ANSWERS[0][0]
