@@ -103,8 +103,13 @@ def launcher_profile(
         'launcher = "process"': f'launcher = "{launcher}"',
     }
     if command is not None:
+        from perfgate.engines.llamacpp import AMX_WORKAROUND, host_has_amx
+
         quoted = ", ".join(f'"{part}"' for part in command)
-        replacements["[server]\n"] = f"[server]\ncommand = [{quoted}]\n"
+        # perfgate's own build, copied into the image or run over ssh on this host: a
+        # command of its own is left alone by perfgate, so the AMX workaround is set here
+        extra = f'extra_args = ["{AMX_WORKAROUND}"]\n' if host_has_amx() else ""
+        replacements["[server]\n"] = f"[server]\ncommand = [{quoted}]\n{extra}"
     path = profile_toml(replacements, directory, name=name)
     path.write_text(path.read_text() + "\n" + table)
     return path
