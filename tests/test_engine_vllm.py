@@ -77,7 +77,8 @@ def test_vllm_profile_end_to_end(tmp_path):
     # from /metrics (vllm:cache_config_info)
     assert facts["kv_cache_blocks"] > 0
     sweep = run["measurements"]["sweep"]["levels"]
-    assert [lv["metrics"]["concurrency"] for lv in sweep] == [1, 2]
+    runs = 3 if recording else 1  # the profile's repeats = 1; recording takes 3
+    assert [lv["metrics"]["concurrency"] for lv in sweep] == [1] * runs + [2] * runs
     assert all(lv["metrics"]["fail"] == 0 for lv in sweep)
     checks = [c for c in run["checks"] if c["verdict"] != "no-baseline"]
     assert checks or recording, "the shipped baseline was not used"
