@@ -253,3 +253,15 @@ def require_ray() -> None:
         if os.environ.get("PERFGATE_REQUIRE_RAY"):
             pytest.fail(f"PERFGATE_REQUIRE_RAY is set but {RAY_HINT}")
         pytest.skip(RAY_HINT)
+
+
+def record_into_copy(profile: str, directory: Path) -> list[str]:
+    """pytest options that record the profile's baseline into a copy of its shipped
+    baselines under ``directory`` (3 runs a level), leaving the shipped files untouched."""
+    import shutil
+
+    copy = directory / "baselines"
+    shipped = ROOT / "baselines" / profile
+    if shipped.is_dir():
+        shutil.copytree(shipped, copy / profile)
+    return ["--update-baselines", "--perf-repeats=3", "-o", f"perfgate_baselines_dir={copy}"]

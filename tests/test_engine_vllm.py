@@ -21,14 +21,11 @@ def unrecorded_host(profile: str, tmp_path) -> list[str]:
     record one into a copy of its baselines (a CPU kind no baseline was recorded on yet:
     the run then proves the whole suite runs, and its timing is not judged)."""
     from perfgate.launch.hardware import describe_local_hardware
-    from tests.helpers import ROOT
+    from tests.helpers import ROOT, record_into_copy
 
-    shipped = ROOT / "baselines" / profile
-    if (shipped / f"{describe_local_hardware()['key']}.json").is_file():
+    if (ROOT / "baselines" / profile / f"{describe_local_hardware()['key']}.json").is_file():
         return []
-    copy = tmp_path / "baselines"
-    shutil.copytree(shipped, copy / profile)
-    return ["--update-baselines", "--perf-repeats=3", "-o", f"perfgate_baselines_dir={copy}"]
+    return record_into_copy(profile, tmp_path)
 
 
 def require_vllm() -> str:

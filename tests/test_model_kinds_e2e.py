@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, run_pytest
+from tests.helpers import ROOT, record_into_copy, run_pytest
 from tests.test_engine_vllm import require_vllm, unrecorded_host
 
 pytestmark = pytest.mark.engine
@@ -70,19 +69,8 @@ def both_suites(profile: str, output: Path, *extra: str) -> tuple[int, str]:
     once), which says nothing about these engines' parsers and counters. Recording runs
     ``--perf-repeats 3``, a verdict's minimum, into a copy of the profile's baselines, so
     the shipped files stay untouched and the run takes no longer than a gated one."""
-    baselines = output / "baselines"
-    shipped = ROOT / "baselines" / profile
-    if shipped.is_dir():
-        shutil.copytree(shipped, baselines / profile)
     return perfgate_run(
-        "perf or correctness",
-        profile,
-        output,
-        "--update-baselines",
-        "--perf-repeats=3",
-        "-o",
-        f"perfgate_baselines_dir={baselines}",
-        *extra,
+        "perf or correctness", profile, output, *record_into_copy(profile, output), *extra
     )
 
 
