@@ -37,6 +37,8 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from sim_throughput import process_cpu_seconds
+
 from perfgate.client import RequestRecord
 from perfgate.client.monitor import HarnessStats
 from perfgate.client.transport import pooled_client
@@ -85,6 +87,8 @@ def measure(
     plan = TaggedPlan(api="completions", model="sim", output_len=output_len, request_timeout_s=120)
     prompts = [Prompt(f"r{i} " + "word " * input_words, None) for i in range(concurrency * waves)]
     with SimProcess(config) as sim:
+        assert sim.pid is not None
+        sim_cpu = process_cpu_seconds(sim.pid)
         if client == "httpx":
             run = asyncio.run(_httpx_level(sim.base_url, plan, prompts, concurrency))
         else:
@@ -102,11 +106,14 @@ def measure(
             )
             run = sweep.levels[0]
             client += "+progress" if progress else ""
+        sim_cpu = process_cpu_seconds(sim.pid) - sim_cpu
         truth = {t.tag: t for t in sim.records() if t.tag}
     pairs = [(r, truth[f"r{r.index}"]) for r in run.records if f"r{r.index}" in truth]
     assert run.harness is not None
     unpaired = len(run.records) - len(pairs)
-    return _row(concurrency, itl_ms, run.harness.processes, pairs, run.harness, unpaired, client)
+    return _row(
+        concurrency, itl_ms, run.harness.processes, pairs, run.harness, unpaired, client, sim_cpu
+    )
 
 
 def _terminal_display() -> Callable[[Tally], None]:
@@ -138,6 +145,7 @@ def _row(
     harness: HarnessStats,
     failed: int,
     client: str,
+    sim_cpu_s: float,
 ) -> str:
     delays: list[float] = []
     ttft_err: list[float] = []
@@ -160,6 +168,7 @@ def _row(
     return (
         f"| {client} | {concurrency} | {processes} | {itl_ms:g} | {tokens / wall:,.0f} | "
         f"{cpu / wall:.0%} | {tokens / cpu:,.0f} | {cpu / tokens * 1e6:.1f} | "
+        f"{sim_cpu_s / tokens * 1e6:.1f} | "
         f"{_pct(delays, 0.5) * ms:.2f} / {_pct(delays, 0.99) * ms:.2f} / {max(delays) * ms:.1f} | "
         f"{statistics.median(ttft_err) * ms:+.2f} / {_pct(ttft_err, 0.99) * ms:+.2f} | "
         f"{statistics.median(transit) * ms:.2f} / {_pct(transit, 0.99) * ms:.2f} | "
@@ -171,11 +180,11 @@ def _row(
 
 HEADER = (
     "| client | C | processes | ITL ms | streamed tok/s | client CPU | tok/s per client core | "
-    "CPU µs/token | "
+    "CPU µs/token | simulator CPU µs/token | "
     "observation delay ms p50 / p99 / max | TTFT error ms p50 / p99 | "
     "send to server read ms p50 / p99 | "
     "ITL read ms p50 / p99 | ITL written ms p50 / p99 | monitor lag p99 / max ms | unpaired |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 

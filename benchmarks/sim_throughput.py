@@ -31,7 +31,7 @@ from perfgate.client import RequestRecord, request_body, stream_request
 from perfgate.sim import SimConfig, SimProcess, SimRecord
 
 
-def _cpu_seconds(pid: int) -> float:
+def process_cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -151,11 +151,11 @@ def main() -> None:
     config = SimConfig(ttft_s=args.ttft_ms / 1000, itl_s=args.itl_ms / 1000)
     with SimProcess(config) as sim:
         assert sim.pid is not None
-        cpu_before, wall_before = _cpu_seconds(sim.pid), time.perf_counter()
+        cpu_before, wall_before = process_cpu_seconds(sim.pid), time.perf_counter()
         window, chunks, records = asyncio.run(
             _drive(sim.base_url, args.concurrency, args.max_tokens, args.seconds, args.raw)
         )
-        cpu = (_cpu_seconds(sim.pid) - cpu_before) / (time.perf_counter() - wall_before)
+        cpu = (process_cpu_seconds(sim.pid) - cpu_before) / (time.perf_counter() - wall_before)
         server = sim.records()
     print(
         f"C={args.concurrency} ITL {args.itl_ms} ms, {args.max_tokens} tokens/request, "
