@@ -228,3 +228,21 @@ def test_dataset_and_spread_settings_are_checked(tmp_path, workload, message):
     text = VALID.format(name="p").replace("input_len = 8", f"input_len = 8\n{workload}")
     with pytest.raises(ProfileError, match=message):
         load_profile(str(write(tmp_path, text)), tmp_path)
+
+
+@pytest.mark.parametrize("flag", ["--perf-output", "--perf-history"])
+def test_a_path_option_written_with_a_space_is_refused_not_taken_for_the_rootdir(tmp_path, flag):
+    """pytest reads ``--perf-output /existing/dir`` as a test path when it picks its rootdir
+    (before perfgate's options are known), and would then look for the project's
+    configuration, profiles and baselines there; with '=' it does not."""
+    from tests.helpers import run_pytest
+
+    spaced = run_pytest("-m", "perf", "--co", "-q", flag, str(tmp_path), timeout=120)
+    out = spaced.stdout + spaced.stderr
+    assert spaced.returncode == 4, out  # pytest's usage error
+    assert f"pytest took {flag}'s value {tmp_path} for its rootdir" in out
+    assert f"Write {flag}={tmp_path} (with '=')" in out
+
+    joined = run_pytest("-m", "perf", "--co", "-q", f"{flag}={tmp_path}", timeout=120)
+    assert joined.returncode == 0, joined.stdout + joined.stderr
+    assert "rootdir" not in joined.stderr

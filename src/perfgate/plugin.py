@@ -225,6 +225,37 @@ def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+# perfgate's options that take a path, as written on the command line
+PATH_OPTIONS = {
+    "perfgate_profile": "--profile",
+    "perfgate_server_log": "--server-log",
+    "perfgate_output": "--perf-output",
+    "perfgate_summary": "--perf-summary",
+    "perfgate_history": "--perf-history",
+}
+
+
+def _refuse_a_rootdir_taken_from_an_option(config: pytest.Config) -> None:
+    """pytest picks its rootdir before plugins' options are known, so the value of
+    ``--perf-output /existing/dir`` (space, not ``=``) counts as a test path there: the
+    project's pyproject.toml, its profiles and baselines would be looked for in that
+    directory instead. Refuse with what to write instead."""
+    root = config.rootpath.resolve()
+    if root == config.invocation_params.dir.resolve():
+        return
+    for dest, flag in PATH_OPTIONS.items():
+        value = config.getoption(dest, None)
+        if not value:
+            continue
+        path = Path(value).resolve()
+        if root in (path, path.parent) and f"{flag}={value}" not in config.invocation_params.args:
+            raise pytest.UsageError(
+                f"perfgate: pytest took {flag}'s value {value} for its rootdir ({root}), so "
+                f"this project's configuration, profiles and baselines would not be found. "
+                f"Write {flag}={value} (with '='), or add --rootdir=."
+            )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "perf: performance suite, compared with baselines/")
     config.addinivalue_line("markers", "correctness: correctness suite, runs before perf")
@@ -237,6 +268,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "of these prompts are computed first, with the twin running alone",
     )
     config.stash[SUMMARY_KEY] = []
+    _refuse_a_rootdir_taken_from_an_option(config)
     root = config.rootpath
     profiles_dir = root / config.getini("perfgate_profiles_dir")
     chosen = config.getoption("perfgate_profile")
