@@ -23,6 +23,8 @@ minus the server's write) is perfgate's error. Per level it reports:
     python benchmarks/harness_fidelity.py -c 64 --itl-ms 20   # one level
     python benchmarks/harness_fidelity.py --processes 2       # load over 2 client processes
     python benchmarks/harness_fidelity.py -c 128 --itl-ms 4 --processes 1,2,4   # 1 against N
+    python benchmarks/harness_fidelity.py -c 512 --itl-ms 2 --processes 1,4 --sim-workers 6
+                    # past one client process's rate: the simulator over 6 processes too
     python benchmarks/harness_fidelity.py --client httpx      # the httpx client, to compare
     python benchmarks/harness_fidelity.py --progress          # with the live terminal display
 """
@@ -80,15 +82,16 @@ def measure(
     waves: int,
     client: str,
     progress: bool = False,
+    sim_workers: int = 1,
 ) -> str:
     """One level on a fresh simulator; perfgate's own sweep code (``processes`` > 1: its
     :class:`perfgate.load.ShardPool`), or the httpx workers for comparison."""
     config = SimConfig(ttft_s=0.1, itl_s=itl_ms / 1000)
     plan = TaggedPlan(api="completions", model="sim", output_len=output_len, request_timeout_s=120)
     prompts = [Prompt(f"r{i} " + "word " * input_words, None) for i in range(concurrency * waves)]
-    with SimProcess(config) as sim:
-        assert sim.pid is not None
-        sim_cpu = process_cpu_seconds(sim.pid)
+    with SimProcess(config, workers=sim_workers) as sim:
+        sim_pids = sim.worker_pids or [sim.pid]
+        sim_cpu = sum(process_cpu_seconds(pid) for pid in sim_pids if pid is not None)
         if client == "httpx":
             run = asyncio.run(_httpx_level(sim.base_url, plan, prompts, concurrency))
         else:
@@ -106,7 +109,7 @@ def measure(
             )
             run = sweep.levels[0]
             client += "+progress" if progress else ""
-        sim_cpu = process_cpu_seconds(sim.pid) - sim_cpu
+        sim_cpu = sum(process_cpu_seconds(pid) for pid in sim_pids if pid is not None) - sim_cpu
         truth = {t.tag: t for t in sim.records() if t.tag}
     pairs = [(r, truth[f"r{r.index}"]) for r in run.records if f"r{r.index}" in truth]
     assert run.harness is not None
@@ -197,6 +200,9 @@ def main() -> None:
         default="1",
         help="client processes; a list (1,4) measures each level with each count, one row each",
     )
+    parser.add_argument(
+        "--sim-workers", type=int, default=1, help="simulator processes serving its port"
+    )
     parser.add_argument("--output-len", type=int, default=200)
     parser.add_argument("--input-words", type=int, default=1000)
     parser.add_argument("--waves", type=int, default=2, help="requests per worker")
@@ -208,7 +214,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     levels = [(args.concurrency, args.itl_ms)] if args.concurrency else DEFAULT_LEVELS
-    print(f"{args.output_len} tokens out, {args.input_words}-word prompts, TTFT 100 ms")
+    print(
+        f"{args.output_len} tokens out, {args.input_words}-word prompts, TTFT 100 ms, "
+        f"simulator over {args.sim_workers} process(es)"
+    )
     print(HEADER)
     counts = [int(n) for n in str(args.processes).split(",")]
     for (concurrency, itl), processes in itertools.product(levels, counts):
@@ -221,6 +230,7 @@ def main() -> None:
             args.waves,
             args.client,
             args.progress,
+            args.sim_workers,
         )
         print(row, flush=True)
 

@@ -487,3 +487,50 @@ def test_sim_is_standalone_both_ways():
             assert all(name.startswith("perfgate.sim") for name in imports), (path, imports)
         else:
             assert not any(name.startswith("perfgate.sim") for name in imports), (path, imports)
+
+
+def test_workers_serve_one_port_and_their_records_merge_on_one_clock():
+    config = SimConfig(ttft_s=0.02, itl_s=0.004)
+
+    async def drive(base_url: str) -> list[RequestRecord]:
+        async with httpx.AsyncClient(base_url=base_url) as client:  # a connection a stream
+            return await asyncio.gather(*(_stream(client, 6, sim_tag=f"w{i}") for i in range(24)))
+
+    with SimProcess(config, workers=2) as sim:
+        assert len(sim.worker_pids) == 2 and sim.pid not in sim.worker_pids
+        records = asyncio.run(drive(sim.base_url))
+        truth = sim.records()
+        workers = {t.id.split("-")[1] for t in truth}
+        sim.reset()
+        assert sim.records() == []
+        pid = sim.pid
+    assert sim.exit_code == 0, "SIGTERM should end the workers and their parent cleanly"
+    assert pid is not None
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)
+    # 24 connections hashed over 2 sockets: all on one would be a 2^-23 chance
+    assert workers == {"w0", "w1"}, [t.id for t in truth]
+    assert [t.arrival for t in truth] == sorted(t.arrival for t in truth)
+    by_tag = {t.tag: t for t in truth}
+    assert set(by_tag) == {f"w{i}" for i in range(24)}
+    for i, record in enumerate(records):
+        assert record.ok, record.error
+        _check_truth(record, by_tag[f"w{i}"])
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--fault", '{"kind": "cut", "every": 2}'], "fault rules choose requests by arrival"),
+        (["--batch-slowdown", "0.1"], "batch_slowdown counts the requests in flight"),
+        (["--workers", "0"], "--workers must be >= 1"),
+    ],
+)
+def test_workers_refuse_what_one_process_counts(flags, message):
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "perfgate.sim", "--workers", "2", *flags]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr

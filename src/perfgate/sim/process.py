@@ -20,6 +20,7 @@ from perfgate.sim.config import SimConfig
 from perfgate.sim.records import SimRecord
 
 _READY = re.compile(r"perfgate-sim listening on (http://\S+)")
+_WORKER = re.compile(r"perfgate-sim worker (\d+) pid (\d+) control on (http://\S+)")
 _SRC = str(Path(__file__).resolve().parents[2])  # the directory that holds perfgate/
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -64,7 +65,8 @@ class SimProcess:
 
     Output goes to ``log_path`` (a temporary file by default, removed on stop); the ready
     line is read from it. Stopping sends SIGTERM to the process group, then SIGKILL after
-    ``stop_timeout_s``.
+    ``stop_timeout_s``. ``workers`` > 1 serves the port from that many processes (see
+    :mod:`perfgate.sim.__main__`); :meth:`records` then merges theirs.
     """
 
     def __init__(
@@ -77,8 +79,10 @@ class SimProcess:
         ready_timeout_s: float = 20.0,
         stop_timeout_s: float = 5.0,
         python: str = sys.executable,
+        workers: int = 1,
     ) -> None:
         self.config = config or SimConfig()
+        self.workers = workers
         self.host = host
         self.port = port
         self.ready_timeout_s = ready_timeout_s
@@ -88,6 +92,8 @@ class SimProcess:
         self.log_path = log_path  # a temporary file from start() when None
         self._proc: subprocess.Popen[bytes] | None = None
         self._url: str | None = None
+        self._controls: list[str] = []  # each worker's own URL, with workers > 1
+        self.worker_pids: list[int] = []
         self.exit_code: int | None = None
 
     @property
@@ -105,6 +111,8 @@ class SimProcess:
     def argv(self) -> list[str]:
         """The command line that starts the simulator."""
         where = ["--host", self.host, "--port", str(self.port)]
+        if self.workers != 1:
+            where += ["--workers", str(self.workers)]
         return [
             self.python,
             "-m",
@@ -136,9 +144,13 @@ class SimProcess:
             )
         deadline = time.monotonic() + self.ready_timeout_s
         while True:
-            match = _READY.search(self.log())
+            output = self.log()
+            match = _READY.search(output)
             if match:
                 self._url = match.group(1)
+                found = _WORKER.findall(output)
+                self.worker_pids = [int(pid) for _, pid, _ in found]
+                self._controls = [url for _, _, url in found]
                 return self
             code = self._proc.poll()
             if code is not None or time.monotonic() > deadline:
@@ -162,16 +174,20 @@ class SimProcess:
             return ""
 
     def records(self) -> list[SimRecord]:
-        """The server's ground-truth records."""
-        return fetch_records(self.base_url)
+        """The server's ground-truth records (every worker's, in arrival order)."""
+        if not self._controls:
+            return fetch_records(self.base_url)
+        merged = [record for url in self._controls for record in fetch_records(url)]
+        return sorted(merged, key=lambda record: record.arrival)
 
     def reset(self) -> None:
-        """Clear the records and restart the arrival index."""
-        reset_records(self.base_url)
+        """Clear the records and restart the arrival index (every worker's)."""
+        for url in self._controls or [self.base_url]:
+            reset_records(url)
 
     def stop(self) -> int | None:
         """Stop the process group (SIGTERM, then SIGKILL); returns the exit code."""
-        proc, self._proc, self._url = self._proc, None, None
+        proc, self._proc, self._url, self._controls = self._proc, None, None, []
         if proc is not None:
             for sig in (signal.SIGTERM, signal.SIGKILL):
                 try:

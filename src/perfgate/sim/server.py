@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 import zlib
 from collections.abc import AsyncIterator
@@ -48,33 +49,41 @@ async def _sleep_until(target: float) -> None:
 class SimServer:
     """An OpenAI-compatible streaming server on an exact schedule; see :mod:`perfgate.sim`."""
 
-    def __init__(self, config: SimConfig | None = None) -> None:
+    def __init__(self, config: SimConfig | None = None, worker: int | None = None) -> None:
         self.config = config or SimConfig()
         self.records: list[SimRecord] = []
         self.in_flight = 0
+        self._id_prefix = "sim-" if worker is None else f"sim-w{worker}-"
         self._next_index = 0
         self._connections = 0
         self._tasks: set[asyncio.Task[None]] = set()
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._vocab: dict[int, str] = {}
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        """Listen; returns the base URL."""
-        self._server = await asyncio.start_server(self._connection, host, port)
-        bound_host, bound_port = self._server.sockets[0].getsockname()[:2]
+    async def start(
+        self, host: str = "127.0.0.1", port: int = 0, *, sock: socket.socket | None = None
+    ) -> str:
+        """Listen (on ``host:port``, or on a bound socket); returns the base URL. Each call
+        adds a listener: every one serves every route."""
+        if sock is not None:
+            server = await asyncio.start_server(self._connection, sock=sock)
+        else:
+            server = await asyncio.start_server(self._connection, host, port)
+        self._servers.append(server)
+        bound_host, bound_port = server.sockets[0].getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         return f"http://{shown}:{bound_port}"
 
     async def close(self) -> None:
         """Stop listening and end every open connection."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers = []
 
     def reset(self) -> None:
         """Forget the records and restart the arrival index (fault rules start over)."""
@@ -201,7 +210,7 @@ class SimServer:
         self._next_index += 1
         fault = gen.fault or config.fault_for(index)
         record = SimRecord(
-            id=f"sim-{index}",
+            id=f"{self._id_prefix}{index}",
             index=index,
             path=path,
             stream=gen.stream,
