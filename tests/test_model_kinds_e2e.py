@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, record_into_copy, run_pytest
+from tests.helpers import ROOT, record_afresh, run_pytest
 from tests.test_engine_vllm import require_vllm, unrecorded_host
 
 pytestmark = pytest.mark.engine
@@ -65,30 +65,28 @@ def both_suites(profile: str, output: Path, *extra: str) -> tuple[int, str]:
 
     Timing is not judged here. The shipped baselines gate it for users, and the gate's own
     tests record and gate on the same host minutes apart; a shared CI host drifts more than
-    that from the day a shipped baseline was recorded (21% slower on every figure seen
-    once), which says nothing about these engines' parsers and counters. Recording runs
-    ``--perf-repeats 3``, a verdict's minimum, into a copy of the profile's baselines, so
-    the shipped files stay untouched and the run takes no longer than a gated one."""
-    return perfgate_run(
-        "perf or correctness", profile, output, *record_into_copy(profile, output), *extra
-    )
+    that from the day a shipped baseline was recorded (21% and 35% slower on every figure,
+    seen on two days), which says nothing about these engines' parsers and counters.
+    Recording runs ``--perf-repeats 3``, a verdict's minimum, into an empty baselines
+    directory: recording over a baseline judges against it and writes nothing from a run
+    that regressed, so a copy of the shipped one would gate timing again."""
+    return perfgate_run("perf or correctness", profile, output, *record_afresh(output), *extra)
 
 
 def assert_a_complete_baseline(profile: str, output: Path, out: str) -> dict:
     """The recording went through (a passed run, every level run, no failed request) with
-    the very figures of the shipped baseline for this host's key, each judged against it
-    and none MISSING; returns the run JSON."""
+    the very figures of the profile's shipped baselines, every one measured; returns the
+    run JSON."""
     assert "perfgate: baseline written to" in out, out[-6000:]
     run = last_run(output)
     assert run["status"] == "passed"
     key = run["hardware"]["key"]
     written = json.loads((output / "baselines" / profile / f"{key}.json").read_text())
-    shipped = ROOT / "baselines" / profile / f"{key}.json"
-    if shipped.is_file():  # a host whose key has a shipped baseline (CI's does)
-        assert set(written["metrics"]) == set(json.loads(shipped.read_text())["metrics"])
-        verdicts = {c["key"]: c["verdict"] for c in run["checks"]}
-        assert set(verdicts) >= set(written["metrics"]), verdicts
-        assert "missing" not in verdicts.values(), verdicts
+    shipped = sorted((ROOT / "baselines" / profile).glob("*.json"))
+    shipped = [p for p in shipped if p.name.count(".") == 1]  # not .golden.json
+    assert shipped, f"no shipped baseline of {profile} to compare the figures with"
+    for path in shipped:  # every host kind records the same figures
+        assert set(written["metrics"]) == set(json.loads(path.read_text())["metrics"]), path
     return run
 
 
@@ -159,7 +157,8 @@ def test_reasoning_parser_off_fails_the_reasoning_check_saying_so(tmp_path):
 
 def test_speculative_vllm_streams_several_tokens_per_chunk_and_passes(tmp_path):
     """vLLM with n-gram speculation: both suites pass (natural ends, no logit_bias), the
-    acceptance over the measured window is gated, and chunks carry several tokens."""
+    acceptance over the measured window is measured (the drafter test below gates it), and
+    chunks carry several tokens."""
     require_vllm()
     require_smollm2()
     code, out = both_suites("vllm-cpu-smollm2-ngram", tmp_path)
