@@ -240,7 +240,7 @@ def test_a_path_option_written_with_a_space_is_refused_not_taken_for_the_rootdir
     spaced = run_pytest("-m", "perf", "--co", "-q", flag, str(tmp_path), timeout=120)
     out = spaced.stdout + spaced.stderr
     assert spaced.returncode == 4, out  # pytest's usage error
-    assert f"pytest took {flag}'s value {tmp_path} for its rootdir" in out
+    assert f"pytest took {flag}'s value {tmp_path} for a test path" in out
     assert f"Write {flag}={tmp_path} (with '=')" in out
 
     joined = run_pytest("-m", "perf", "--co", "-q", f"{flag}={tmp_path}", timeout=120)

@@ -236,24 +236,26 @@ PATH_OPTIONS = {
 
 
 def _refuse_a_rootdir_taken_from_an_option(config: pytest.Config) -> None:
-    """pytest picks its rootdir before plugins' options are known, so the value of
-    ``--perf-output /existing/dir`` (space, not ``=``) counts as a test path there: the
-    project's pyproject.toml, its profiles and baselines would be looked for in that
-    directory instead. Refuse with what to write instead."""
-    root = config.rootpath.resolve()
-    if root == config.invocation_params.dir.resolve():
-        return
-    for dest, flag in PATH_OPTIONS.items():
-        value = config.getoption(dest, None)
-        if not value:
-            continue
-        path = Path(value).resolve()
-        if root in (path, path.parent) and f"{flag}={value}" not in config.invocation_params.args:
-            raise pytest.UsageError(
-                f"perfgate: pytest took {flag}'s value {value} for its rootdir ({root}), so "
-                f"this project's configuration, profiles and baselines would not be found. "
-                f"Write {flag}={value} (with '='), or add --rootdir=."
-            )
+    """pytest picks its rootdir and configuration file before plugins' options are known,
+    so the value of ``--perf-output /existing/dir`` (space, not ``=``) counts as a test path
+    there: the project's pyproject.toml, profiles and baselines can then go unfound. Refuse
+    when such a value was given and no configuration file of this directory or above it
+    was read, with what to write instead."""
+    here = config.invocation_params.dir.resolve()
+    ini = config.inipath
+    if ini is not None and ini.resolve().parent in (here, *here.parents):
+        return  # the project's own configuration was read: the rootdir is its
+    args = list(config.invocation_params.args)
+    for flag in PATH_OPTIONS.values():
+        for i, arg in enumerate(args[:-1]):
+            value = args[i + 1]
+            if arg == flag and (here / value).exists():
+                raise pytest.UsageError(
+                    f"perfgate: pytest took {flag}'s value {value} for a test path when it "
+                    f"chose its rootdir ({config.rootpath}), so this project's configuration, "
+                    f"profiles and baselines may not be found. Write {flag}={value} (with "
+                    f"'='), or add --rootdir=."
+                )
 
 
 def pytest_configure(config: pytest.Config) -> None:
