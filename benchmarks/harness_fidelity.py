@@ -90,8 +90,7 @@ def measure(
     plan = TaggedPlan(api="completions", model="sim", output_len=output_len, request_timeout_s=120)
     prompts = [Prompt(f"r{i} " + "word " * input_words, None) for i in range(concurrency * waves)]
     with SimProcess(config, workers=sim_workers) as sim:
-        sim_pids = sim.worker_pids or [sim.pid]
-        sim_cpu = sum(process_cpu_seconds(pid) for pid in sim_pids if pid is not None)
+        sim_cpu = _sim_cpu_seconds(sim)
         if client == "httpx":
             run = asyncio.run(_httpx_level(sim.base_url, plan, prompts, concurrency))
         else:
@@ -109,7 +108,7 @@ def measure(
             )
             run = sweep.levels[0]
             client += "+progress" if progress else ""
-        sim_cpu = sum(process_cpu_seconds(pid) for pid in sim_pids if pid is not None) - sim_cpu
+        sim_cpu = _sim_cpu_seconds(sim) - sim_cpu
         truth = {t.tag: t for t in sim.records() if t.tag}
     pairs = [(r, truth[f"r{r.index}"]) for r in run.records if f"r{r.index}" in truth]
     assert run.harness is not None
@@ -117,6 +116,12 @@ def measure(
     return _row(
         concurrency, itl_ms, run.harness.processes, pairs, run.harness, unpaired, client, sim_cpu
     )
+
+
+def _sim_cpu_seconds(sim: SimProcess) -> float:
+    """CPU seconds of the simulator so far: its workers', or its one process's."""
+    pids = sim.worker_pids or ([sim.pid] if sim.pid is not None else [])
+    return sum(process_cpu_seconds(pid) for pid in pids)
 
 
 def _terminal_display() -> Callable[[Tally], None]:

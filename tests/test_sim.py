@@ -393,6 +393,18 @@ async def test_tokenize_counts_words_and_detokenize_inverts_it():
     assert models["data"][0]["id"] == "m1"
 
 
+def _reset_then_stop(sim: SimProcess, clean: str) -> None:
+    """Reset empties the records; stopping ends the whole process group, exit code 0."""
+    sim.reset()
+    assert sim.records() == []
+    pid = sim.pid
+    assert pid is not None
+    sim.stop()
+    assert sim.exit_code == 0, clean
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)
+
+
 def test_subprocess_ground_truth_across_processes():
     config = SimConfig(ttft_s=0.02, itl_s=0.004, tokens_per_chunk=2)
 
@@ -404,13 +416,7 @@ def test_subprocess_ground_truth_across_processes():
         assert sim.base_url.startswith("http://127.0.0.1:")
         records = asyncio.run(drive(sim.base_url))
         truth = {t.tag: t for t in sim.records()}
-        sim.reset()
-        assert sim.records() == []
-        pid = sim.pid
-    assert sim.exit_code == 0, "SIGTERM should end the server cleanly"
-    assert pid is not None
-    with pytest.raises(ProcessLookupError):
-        os.killpg(pid, 0)
+        _reset_then_stop(sim, "SIGTERM should end the server cleanly")
     assert set(truth) == {f"p{i}" for i in range(8)}
     for i, record in enumerate(records):
         assert record.ok, record.error
@@ -501,13 +507,7 @@ def test_workers_serve_one_port_and_their_records_merge_on_one_clock():
         records = asyncio.run(drive(sim.base_url))
         truth = sim.records()
         workers = {t.id.split("-")[1] for t in truth}
-        sim.reset()
-        assert sim.records() == []
-        pid = sim.pid
-    assert sim.exit_code == 0, "SIGTERM should end the workers and their parent cleanly"
-    assert pid is not None
-    with pytest.raises(ProcessLookupError):
-        os.killpg(pid, 0)
+        _reset_then_stop(sim, "SIGTERM should end the workers and their parent cleanly")
     # 24 connections hashed over 2 sockets: all on one would be a 2^-23 chance
     assert workers == {"w0", "w1"}, [t.id for t in truth]
     assert [t.arrival for t in truth] == sorted(t.arrival for t in truth)

@@ -226,13 +226,7 @@ def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 # perfgate's options that take a path, as written on the command line
-PATH_OPTIONS = {
-    "perfgate_profile": "--profile",
-    "perfgate_server_log": "--server-log",
-    "perfgate_output": "--perf-output",
-    "perfgate_summary": "--perf-summary",
-    "perfgate_history": "--perf-history",
-}
+PATH_OPTIONS = ("--profile", "--server-log", "--perf-output", "--perf-summary", "--perf-history")
 
 
 def _refuse_a_rootdir_taken_from_an_option(config: pytest.Config) -> None:
@@ -246,7 +240,7 @@ def _refuse_a_rootdir_taken_from_an_option(config: pytest.Config) -> None:
     if ini is not None and ini.resolve().parent in (here, *here.parents):
         return  # the project's own configuration was read: the rootdir is its
     args = list(config.invocation_params.args)
-    for flag in PATH_OPTIONS.values():
+    for flag in PATH_OPTIONS:
         for i, arg in enumerate(args[:-1]):
             value = args[i + 1]
             if arg == flag and (here / value).exists():
