@@ -126,3 +126,39 @@ def test_goodput_counts_the_requests_that_met_every_service_level():
     assert LevelData.from_run(level).goodput is None  # no service levels: no figure
     with pytest.raises(ValueError, match="at least one of ttft_s"):
         Slo()
+
+
+def test_recording_over_a_baseline_refuses_a_regressed_run_and_says_how_to_accept_it(tmp_path):
+    """--update-baselines over an exact baseline: a run whose TTFT doubled is judged against
+    it (really regressed), nothing is written, and the refusal names the figure, the file,
+    and how to accept slower figures on purpose."""
+    profile = load_profile("llamacpp-gemma3-270m", ROOT / "profiles")
+    workload = profile.workload.model_copy(update={"levels": [4]})
+    profile = profile.model_copy(update={"workload": workload})
+
+    def recording(runs: list[list[float]]) -> PerfgateSession:
+        session = PerfgateSession(
+            profile,
+            root=ROOT,
+            baselines_dir=tmp_path / "b",
+            output_dir=tmp_path / "o",
+            update_baselines=True,
+            progress=lambda _: None,
+        )
+        session.resolve_baseline({"key": "hw"})
+        session.run.measurements = {"sweep": _sweep(runs)}
+        session.run.checks = session.verdicts().checks
+        session.finish("failed" if any(c.failed for c in session.run.checks) else "passed")
+        return session
+
+    first = recording([FAST] * 3)
+    assert any("written" in line or "added" in line for line in first.record_baseline())
+    written = first.baseline_path.read_bytes()
+    slow = recording([[2 * t for t in FAST]] * 3)
+    assert "sweep.c4.ttft_s" in [c.key for c in slow.run.checks if c.verdict == "regressed"]
+    lines = slow.record_baseline()
+    assert lines[0].startswith("perfgate: baseline NOT updated: the run failed")
+    hint = next(line for line in lines if "regressed against" in line)
+    assert "b/llamacpp-gemma3-270m/hw.json" in hint and "sweep.c4.ttft_s" in hint
+    assert "remove that file" in hint
+    assert first.baseline_path.read_bytes() == written

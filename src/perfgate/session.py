@@ -1011,7 +1011,17 @@ class PerfgateSession:
                 *self._record_golden(),
             ]
         if problems:
-            return [refuse + problems[0], *(f"  also: {p}" for p in problems[1:])]
+            lines = [refuse + problems[0], *(f"  also: {p}" for p in problems[1:])]
+            regressed = [c.key for c in self.run.checks if c.verdict == "regressed"]
+            exact = self.baseline_tier == "exact"
+            if regressed and exact and not self.correctness_failures:
+                named = ", ".join(regressed[:3]) + (", ..." if len(regressed) > 3 else "")
+                lines.append(
+                    f"  it regressed against {self._relative(self.baseline_path)} ({named}). "
+                    "To accept slower figures on purpose, remove that file (git keeps the old "
+                    "one) and record again."
+                )
+            return lines
         previous = self.known_baselines.get(self.hardware_key)
         kept_run = self.baseline_path.with_suffix(".run.json.gz")
         try:
