@@ -25,6 +25,8 @@ minus the server's write) is perfgate's error. Per level it reports:
     python benchmarks/harness_fidelity.py -c 128 --itl-ms 4 --processes 1,2,4   # 1 against N
     python benchmarks/harness_fidelity.py -c 512 --itl-ms 2 --processes 1,4 --sim-workers 6
                     # past one client process's rate: the simulator over 6 processes too
+    python benchmarks/harness_fidelity.py -c 4 --burst --itl-ms 0 --ttft-ms 10 --waves 4 \
+        --output-len 50000 --input-words 2 --processes 1,2   # client-bound on 2 cores
     python benchmarks/harness_fidelity.py --client httpx      # the httpx client, to compare
     python benchmarks/harness_fidelity.py --progress          # with the live terminal display
 """
@@ -39,7 +41,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from sim_throughput import process_cpu_seconds
+from sim_throughput import pct, process_cpu_seconds
 
 from perfgate.client import RequestRecord
 from perfgate.client.monitor import HarnessStats
@@ -68,11 +70,6 @@ class TaggedPlan(RequestPlan):
         return RequestPlan.body(replace(self, extras=extras), prompt, output_len, history)
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
 def measure(
     concurrency: int,
     itl_ms: float,
@@ -83,10 +80,12 @@ def measure(
     client: str,
     progress: bool = False,
     sim_workers: int = 1,
+    burst: bool = False,
+    ttft_ms: float = 100.0,
 ) -> str:
     """One level on a fresh simulator; perfgate's own sweep code (``processes`` > 1: its
     :class:`perfgate.load.ShardPool`), or the httpx workers for comparison."""
-    config = SimConfig(ttft_s=0.1, itl_s=itl_ms / 1000)
+    config = SimConfig(ttft_s=ttft_ms / 1000, itl_s=itl_ms / 1000, burst=burst)
     plan = TaggedPlan(api="completions", model="sim", output_len=output_len, request_timeout_s=120)
     prompts = [Prompt(f"r{i} " + "word " * input_words, None) for i in range(concurrency * waves)]
     with SimProcess(config, workers=sim_workers) as sim:
@@ -177,11 +176,11 @@ def _row(
         f"| {client} | {concurrency} | {processes} | {itl_ms:g} | {tokens / wall:,.0f} | "
         f"{cpu / wall:.0%} | {tokens / cpu:,.0f} | {cpu / tokens * 1e6:.1f} | "
         f"{sim_cpu_s / tokens * 1e6:.1f} | "
-        f"{_pct(delays, 0.5) * ms:.2f} / {_pct(delays, 0.99) * ms:.2f} / {max(delays) * ms:.1f} | "
-        f"{statistics.median(ttft_err) * ms:+.2f} / {_pct(ttft_err, 0.99) * ms:+.2f} | "
-        f"{statistics.median(transit) * ms:.2f} / {_pct(transit, 0.99) * ms:.2f} | "
-        f"{_pct(client_itl, 0.5) * ms:.2f} / {_pct(client_itl, 0.99) * ms:.2f} | "
-        f"{_pct(server_itl, 0.5) * ms:.2f} / {_pct(server_itl, 0.99) * ms:.2f} | "
+        f"{pct(delays, 0.5) * ms:.2f} / {pct(delays, 0.99) * ms:.2f} / {max(delays) * ms:.1f} | "
+        f"{statistics.median(ttft_err) * ms:+.2f} / {pct(ttft_err, 0.99) * ms:+.2f} | "
+        f"{statistics.median(transit) * ms:.2f} / {pct(transit, 0.99) * ms:.2f} | "
+        f"{pct(client_itl, 0.5) * ms:.2f} / {pct(client_itl, 0.99) * ms:.2f} | "
+        f"{pct(server_itl, 0.5) * ms:.2f} / {pct(server_itl, 0.99) * ms:.2f} | "
         f"{harness.loop_lag_p99_s * ms:.2f} / {harness.loop_lag_max_s * ms:.1f} | {failed} |"
     )
 
@@ -200,6 +199,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-c", "--concurrency", type=int, help="one level (default: the set)")
     parser.add_argument("--itl-ms", type=float, default=20.0)
+    parser.add_argument("--ttft-ms", type=float, default=100.0)
     parser.add_argument(
         "--processes",
         default="1",
@@ -217,11 +217,18 @@ def main() -> None:
     parser.add_argument(
         "--progress", action="store_true", help="draw the live terminal display meanwhile"
     )
+    parser.add_argument(
+        "--burst",
+        action="store_true",
+        help="the simulator writes each answer whole (SimConfig.burst): it then costs little "
+        "a token, and the client's reading is the limit; timing columns lose their meaning",
+    )
     args = parser.parse_args()
     levels = [(args.concurrency, args.itl_ms)] if args.concurrency else DEFAULT_LEVELS
     print(
-        f"{args.output_len} tokens out, {args.input_words}-word prompts, TTFT 100 ms, "
+        f"{args.output_len} tokens out, {args.input_words}-word prompts, TTFT {args.ttft_ms:g} ms, "
         f"simulator over {args.sim_workers} process(es)"
+        + (", each answer written whole (burst)" if args.burst else "")
     )
     print(HEADER)
     counts = [int(n) for n in str(args.processes).split(",")]
@@ -236,6 +243,8 @@ def main() -> None:
             args.client,
             args.progress,
             args.sim_workers,
+            args.burst,
+            args.ttft_ms,
         )
         print(row, flush=True)
 

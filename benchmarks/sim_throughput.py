@@ -37,7 +37,8 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _pct(values: list[float], q: float) -> float:
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile by nearest rank (NaN of nothing)."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
@@ -120,7 +121,7 @@ def _report(
     print(f"  server wrote {len(written) / (b - a):,.0f} chunks/s")
     print(f"  client got   {client_chunks / (b - a):,.0f} chunks/s")
     print(
-        f"  server lateness ms: p50 {_pct(late, 0.5) * 1e3:.3f}  p99 {_pct(late, 0.99) * 1e3:.3f}"
+        f"  server lateness ms: p50 {pct(late, 0.5) * 1e3:.3f}  p99 {pct(late, 0.99) * 1e3:.3f}"
         f"  max {max(late) * 1e3:.3f}"
     )
     failed = [r for _, r in records if not r.ok]
@@ -135,7 +136,7 @@ def _report(
     if delays:
         print(
             f"  client delay after server write ms: p50 {statistics.median(delays) * 1e3:.3f}  "
-            f"p99 {_pct(delays, 0.99) * 1e3:.3f}"
+            f"p99 {pct(delays, 0.99) * 1e3:.3f}"
         )
 
 

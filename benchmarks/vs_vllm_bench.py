@@ -83,6 +83,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from sim_throughput import process_cpu_seconds
 
 from perfgate.load import RequestPlan, run_sweep
 from perfgate.metrics import level_metrics
@@ -216,14 +217,13 @@ def children_cpu() -> float:
 
 
 def pid_cpu(pid: int | None) -> float:
-    """User + system seconds of a running process, all its threads (Linux /proc)."""
+    """User + system seconds of a running process, all its threads; NaN once it is gone."""
     if pid is None:
         return math.nan
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return process_cpu_seconds(pid)
     except OSError:
         return math.nan
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def host_busy() -> tuple[float, float]:

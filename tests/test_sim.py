@@ -108,6 +108,41 @@ async def test_chat_reasoning_split_and_role_chunk_not_counted():
 
 
 @pytest.mark.asyncio
+async def test_burst_writes_the_paced_streams_text_at_once_and_records_it():
+    """Burst mode: the same text, chunks, reasoning split and usage as the paced stream, all
+    written together at the first chunk's time; a request with a fault is paced as usual."""
+    paced = SimConfig(ttft_s=0.02, itl_s=0.005, tokens_per_chunk=2, reasoning_tokens=3)
+    burst = paced.with_changes(burst=True)
+    answers = {}
+    for config in (paced, burst):
+        async with serve(config) as url, httpx.AsyncClient(base_url=url) as client:
+            chat = await _stream(client, 7, api="chat", stream_options={"include_usage": True})
+            text = await _stream(client, 5)
+            faulted = await _stream(client, 5, sim_fault={"kind": "cut", "after": 2})
+            truths = await _records(client)
+        answers[config.burst] = (chat, text, truths)
+        assert faulted.error is not None and len(faulted.token_times) == 2
+        assert truths[2].outcome == "fault" and len(set(truths[2].written)) == 2  # paced
+    chat, text, _ = answers[False]
+    b_chat, b_text, truths = answers[True]
+    assert (b_chat.reasoning, b_chat.text) == (chat.reasoning, chat.text)
+    assert (chat.reasoning, chat.text) == (words(0, 3), words(3, 4))
+    assert b_chat.completion_tokens == chat.completion_tokens == 7
+    assert b_text.text == text.text == words(0, 5) and b_text.finish_reason == "length"
+    for record, truth, chunks in zip(
+        (b_chat, b_text), truths[:2], ([2, 2, 2, 1], [2, 2, 1]), strict=True
+    ):
+        assert truth.outcome == "ok" and truth.tokens == chunks
+        assert set(truth.scheduled) == {truth.arrival + burst.ttft_s}  # all due at once
+        assert len(set(truth.written)) == 1  # and written together
+        assert len(record.token_times) == len(chunks)
+        _check_truth(record, truth)
+    with pytest.raises(SimConfigError, match="burst must be true or false"):
+        SimConfig(burst=1)  # type: ignore[arg-type]
+    assert config_from_args(_parser().parse_args(["--burst"])).burst is True
+
+
+@pytest.mark.asyncio
 async def test_reasoning_field_name_is_configurable():
     config = FAST.with_changes(reasoning_tokens=2, reasoning_field="reasoning")
     async with serve(config) as url, httpx.AsyncClient(base_url=url) as client:

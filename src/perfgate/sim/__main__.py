@@ -47,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
     add("--max-tokens", type=int, dest="default_max_tokens", help="max_tokens when unset")
     add("--workers", type=int, default=1, help="processes serving the port (default 1)")
     add(
+        "--burst",
+        action="store_true",
+        default=None,
+        help="write each stream whole at its first token's time (client-throughput tests)",
+    )
+    add(
         "--fault",
         action="append",
         default=[],
@@ -72,6 +78,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
             "reasoning_tokens",
             "reasoning_field",
             "default_max_tokens",
+            "burst",
         )
         if getattr(args, name) is not None
     }

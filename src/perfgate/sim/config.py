@@ -168,6 +168,11 @@ class SimConfig:
     ``slowdown = 1 + batch_slowdown * (in_flight - 1)`` and ``in_flight`` the number of
     generation requests in progress when the gap is computed. ``arrival`` is when the
     request body was fully read.
+
+    ``burst``: a stream without a fault writes all its chunks at once, at the first
+    chunk's scheduled time (each chunk's scheduled and written time is that moment). The
+    server then spends little CPU a token, so that the client's reading is what limits
+    throughput: for tests of the load generator on few cores, not of timing.
     """
 
     model: str = "sim"
@@ -180,6 +185,7 @@ class SimConfig:
     default_max_tokens: int = 16
     faults: tuple[FaultRule, ...] = field(default=())
     high_water_bytes: int = 256 * 1024
+    burst: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "faults", tuple(self.faults))
@@ -217,6 +223,7 @@ class SimConfig:
             _integer(self.high_water_bytes, "high_water_bytes") >= 1,
             "high_water_bytes must be >= 1",
         )
+        _check(isinstance(self.burst, bool), f"burst must be true or false (got {self.burst!r})")
 
     def fault_for(self, index: int) -> Fault | None:
         """The fault of the first rule that chooses this arrival index, if any."""

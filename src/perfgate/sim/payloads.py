@@ -109,6 +109,39 @@ class StreamEncoder:
         return self._event(b"", b'],"usage":' + usage + b"}\n\n")
 
 
+BURST_ID = "burst"  # the request id in every chunk of a burst (SimConfig.burst)
+
+
+@lru_cache(maxsize=64)
+def burst_chunks(
+    api: Api,
+    model: str,
+    total: int,
+    per_chunk: int,
+    usage_prompt_tokens: int | None,
+    reasoning_tokens: int = 0,
+    reasoning_field: str = "reasoning_content",
+) -> bytes:
+    """A whole stream's token chunks (then usage, when ``usage_prompt_tokens`` is given,
+    and ``[DONE]``) as one buffer, shared by every request that asks the same: the id is
+    :data:`BURST_ID` and ``created`` is 0, so that writing it costs the server almost nothing."""
+    encoder = StreamEncoder(
+        api,
+        BURST_ID,
+        model,
+        0,
+        reasoning_tokens=reasoning_tokens,
+        reasoning_field=reasoning_field,
+    )
+    chunks = [
+        encoder.tokens(start, min(per_chunk, total - start), start + per_chunk >= total)
+        for start in range(0, total, per_chunk)
+    ]
+    if usage_prompt_tokens is not None:
+        chunks.append(encoder.usage(usage_prompt_tokens, total))
+    return b"".join([*chunks, DONE])
+
+
 def error_event(status: int, message: str) -> bytes:
     """A ``data: {"error": ...}`` event, framed."""
     error = {"message": message, "type": "server_error", "param": None, "code": status}

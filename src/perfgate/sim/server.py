@@ -29,6 +29,7 @@ from perfgate.sim.payloads import (
     MALFORMED_EVENT,
     Api,
     StreamEncoder,
+    burst_chunks,
     completion_body,
     error_event,
 )
@@ -262,6 +263,8 @@ class SimServer:
             reasoning_field=config.reasoning_field,
         )
         transport.write(stream_head(extra) + (encoder.role() if gen.api == "chat" else b""))
+        if config.burst and fault is None:
+            return await self._burst(gen, record, writer)
         total, per_chunk, itl = gen.max_tokens, config.tokens_per_chunk, config.itl_s
         slowdown, high_water = config.batch_slowdown, config.high_water_bytes
         fault_at = -1 if fault is None else min(fault.after, -(-total // per_chunk))
@@ -302,6 +305,37 @@ class SimServer:
             return False
         tail = encoder.usage(gen.prompt_tokens, total) if gen.include_usage else b""
         transport.write(tail + DONE)
+        record.outcome = "ok"
+        return True
+
+    async def _burst(
+        self, gen: Generation, record: SimRecord, writer: asyncio.StreamWriter
+    ) -> bool:
+        """Write the whole stream at once, at the first chunk's time (``SimConfig.burst``)."""
+        config = self.config
+        target = record.arrival + config.ttft_s
+        await _sleep_until(target)
+        if writer.transport.is_closing():
+            record.outcome = "client_closed"
+            return False
+        total, per_chunk = gen.max_tokens, config.tokens_per_chunk
+        writer.write(
+            burst_chunks(
+                gen.api,
+                config.model,
+                total,
+                per_chunk,
+                gen.prompt_tokens if gen.include_usage else None,
+                config.reasoning_tokens if gen.api == "chat" else 0,
+                config.reasoning_field,
+            )
+        )
+        now = perf_counter()
+        chunks = -(-total // per_chunk)
+        record.scheduled.extend([target] * chunks)
+        record.written.extend([now] * chunks)
+        record.tokens.extend([per_chunk] * (chunks - 1) + [total - per_chunk * (chunks - 1)])
+        await writer.drain()
         record.outcome = "ok"
         return True
 
