@@ -7,7 +7,7 @@ import os
 import httpx
 import pytest
 
-from perfgate.load import run_level, run_sweep
+from perfgate.load import ShardPool, run_level, run_sweep
 from perfgate.sim import SimConfig, SimProcess
 from perfgate.workers import HttpxWorkers, RequestPlan
 from perfgate.workload import Prompt
@@ -232,6 +232,53 @@ def test_two_client_processes_read_what_one_process_cannot_from_a_server_that_co
     evidence = f"tok/s by client processes: {rates}; one process's CPU {busiest_single:.0%}"
     assert busiest_single >= 0.8, f"one process was not the limit: {evidence}"
     assert max(rates[2]) >= 1.3 * max(rates[1]), evidence
+
+
+class TwoShardPool(ShardPool):
+    """Client processes on this host, up to two (2-core hosts allow one: cores less one)."""
+
+    def max_shards(self) -> int:
+        return 2
+
+
+def test_auto_adds_a_client_process_once_one_could_not_keep_up_and_not_before():
+    """``processes="auto"`` on real levels: a first level that keeps one client process
+    busy past BUSY_SHARE of a core (50,000-token answers written whole) runs its next level
+    over two processes; a calm first level (a token every 10 ms) keeps one."""
+    from perfgate.load import BUSY_SHARE
+
+    def sweep(config: SimConfig, output_len: int):
+        plan = RequestPlan(
+            api="completions", model="m", output_len=output_len, request_timeout_s=120
+        )
+        with SimProcess(config) as sim:
+            return asyncio.run(
+                run_sweep(
+                    sim.base_url,
+                    plan,
+                    [4, 4],
+                    lambda c, repeat: prompts(4 * c),
+                    warmup=0,
+                    level_timeout_s=120,
+                    processes="auto",
+                    pool_for=TwoShardPool,
+                )
+            ).levels
+
+    busy = sweep(SimConfig(ttft_s=0.01, itl_s=0.0, burst=True), 50_000)
+    calm = sweep(SimConfig(ttft_s=0.01, itl_s=0.01), 20)
+    harnesses = [level.harness for level in (*busy, *calm)]
+    assert all(h is not None for h in harnesses)
+    evidence = "; ".join(h.describe() for h in harnesses if h is not None)
+    first, second = busy[0].harness, busy[1].harness
+    assert first is not None and second is not None
+    assert first.processes == 1 and first.cpu_share > BUSY_SHARE, evidence
+    assert second.processes == 2, evidence
+    calm_first, calm_second = calm[0].harness, calm[1].harness
+    assert calm_first is not None and calm_second is not None
+    assert calm_first.processes == 1 and calm_first.cpu_share < BUSY_SHARE, evidence
+    # a calm level's loop still lags on a host whose other tenants take the core: only then
+    assert calm_second.processes == (2 if calm_first.over_bound else 1), evidence
 
 
 MANY_CORES = 12  # one client process, four, and a simulator over six processes
