@@ -23,9 +23,10 @@ pytestmark = pytest.mark.engine
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    """The tiny profile with a baseline recorded here (tolerance 90%: these gate runs are
-    about the reports, not the figures, and this host's runs have strayed 1.6x from a
-    recording)."""
+    """The tiny profile with a baseline recorded here. These gate runs are about the
+    reports, not the figures, and this host's runs have strayed from a recording: 1.6x on
+    tok/s, and once 2.65x on C=1 TTFT (CI on 9e830ec, prompt eval 6 ms a token instead of
+    2.5). So tok/s figures get 90% (10x slower fails) and TTFT figures 400% (5x)."""
     directory = tmp_path_factory.mktemp("reports")
     tiny = profile_toml(TINY, directory, name="tiny")
     baselines = directory / "baselines"
@@ -39,6 +40,14 @@ def recorded(tmp_path_factory):
         f"--perf-output={directory / 'recording'}",
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    for path in (baselines / "tiny").glob("*.json"):
+        if path.name.endswith(".golden.json"):
+            continue
+        baseline = json.loads(path.read_text())
+        for figure in baseline["metrics"].values():
+            if figure["direction"] == "lower":
+                figure["tolerance"] = 4.0
+        path.write_text(json.dumps(baseline, indent=1))
     return tiny, baselines
 
 
