@@ -3,6 +3,7 @@
 import asyncio
 import itertools
 import os
+import statistics
 
 import httpx
 import pytest
@@ -195,20 +196,25 @@ def test_client_processes_measure_what_one_process_measures_on_the_same_server()
 
 
 def test_two_client_processes_read_what_one_process_cannot_from_a_server_that_costs_little():
-    """A simulator in burst mode writes each 50,000-token answer whole (0.1-0.3 µs of its
-    CPU a token), so one client process, parsing every chunk, is the limit on a whole core.
-    Two client processes on this host's second core read 1.3 times as much or more. Every
-    request is answered in full, and the merged records count exactly the tokens the server
-    wrote. Best of three alternations: a neighbour's burst on this shared host lowers one
-    attempt, not all three."""
+    """A simulator in burst mode writes each 50,000-token answer whole (0.1-0.2 µs of its
+    CPU a token), so one client process, parsing every chunk, is the limit: it uses a whole
+    core. What one process can read is its tokens per CPU second (a whole core; time stolen
+    by other tenants is not counted), the median of its runs. Two client processes read 1.3
+    times that or more in wall-clock time, which one process cannot on a core. Every request
+    is answered in full, and the merged records count exactly the tokens the server wrote.
+
+    Up to five alternations of one process and two, stopping once shown: on this shared
+    2-core host a neighbour sometimes holds the second core for seconds (CI saw two
+    processes at 0.86M tok/s beside 1.44M a few seconds later)."""
     if (os.cpu_count() or 1) < 2:
         pytest.skip("needs 2 cores: two client processes")
     output_len, concurrency, waves = 50_000, 4, 4
     plan = RequestPlan(api="completions", model="m", output_len=output_len, request_timeout_s=120)
     rates: dict[int, list[float]] = {1: [], 2: []}
+    per_core: list[float] = []  # one process: tokens per CPU second
     busiest_single = 0.0
     with SimProcess(SimConfig(ttft_s=0.01, itl_s=0.0, burst=True)) as sim:
-        for processes in (1, 2) * 3:
+        for processes in (1, 2) * 5:
             sweep = asyncio.run(
                 run_sweep(
                     sim.base_url,
@@ -224,14 +230,21 @@ def test_two_client_processes_read_what_one_process_cannot_from_a_server_that_co
             assert harness is not None and harness.processes == processes
             assert all(r.ok and r.output_tokens == output_len for r in level.records)
             served = [t for t in sim.records() if t.arrival >= level.start]
-            assert sum(sum(t.tokens) for t in served) == output_len * len(level.records)
-            rates[processes].append(output_len * len(level.records) / harness.wall_s)
+            tokens = output_len * len(level.records)
+            assert sum(sum(t.tokens) for t in served) == tokens
+            rates[processes].append(tokens / harness.wall_s)
             if processes == 1:
                 busiest_single = max(busiest_single, harness.cpu_s / harness.wall_s)
+                per_core.append(tokens / harness.cpu_s)
             sim.reset()
-    evidence = f"tok/s by client processes: {rates}; one process's CPU {busiest_single:.0%}"
+            if rates[2] and max(rates[2]) >= 1.3 * statistics.median(per_core):
+                break
+    evidence = (
+        f"tok/s by client processes: {rates}; one process's tok/s per CPU second: {per_core}; "
+        f"one process's CPU at most {busiest_single:.0%} of a core"
+    )
     assert busiest_single >= 0.8, f"one process was not the limit: {evidence}"
-    assert max(rates[2]) >= 1.3 * max(rates[1]), evidence
+    assert max(rates[2]) >= 1.3 * statistics.median(per_core), evidence
 
 
 class TwoShardPool(ShardPool):
