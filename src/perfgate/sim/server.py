@@ -326,7 +326,7 @@ class SimServer:
                 total,
                 per_chunk,
                 gen.prompt_tokens if gen.include_usage else None,
-                config.reasoning_tokens if gen.api == "chat" else 0,
+                config.reasoning_tokens,  # StreamEncoder ignores it outside chat
                 config.reasoning_field,
             )
         )
