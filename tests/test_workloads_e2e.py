@@ -185,7 +185,8 @@ def test_spread_dataset_and_shared_prefix_lengths_are_exact_on_the_real_server(t
         backend = session.start_backend()
         for name, workload in workloads.items():
             session.profile = profile.model_copy(update={"workload": workload})
-            prompts = session._prompts("sweep", 2, 0, 10)
+            session.prompt_source.profile = session.profile  # its prompts, its plan
+            prompts = session.prompts("sweep", 2, 0, 10)
             client = SequentialClient(backend.base_url, session.plan())
             try:
                 records = [client.send(p.text, p.output_len) for p in prompts]
@@ -288,7 +289,7 @@ def test_multi_turn_conversations_resend_their_history_in_order_on_the_real_serv
     try:
         session.start_backend()
         measurement = session.measure("sweep", [2], lambda c: 24)
-        prompts = session._prompts("sweep", 2, 0, 25)[1:]  # the same seeded prompts
+        prompts = session.prompts("sweep", 2, 0, 25)[1:]  # the same seeded prompts
     finally:
         session.stop_backend()
     records = sorted(measurement.levels[0].records, key=lambda r: r.index)

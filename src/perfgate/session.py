@@ -7,7 +7,6 @@ pytest so the same run can be driven from a script.
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -32,7 +31,6 @@ from perfgate.baseline import (
 from perfgate.capacity import search_capacity
 from perfgate.client import RequestRecord
 from perfgate.client.monitor import timing_warning
-from perfgate.dataset import Conversation, load_conversations
 from perfgate.diagnose import Diagnosis, diagnose
 from perfgate.engines import Engine, Facts, get_engine
 from perfgate.errors import BackendError, BaselineError, ProfileError, WorkloadError
@@ -69,6 +67,7 @@ from perfgate.metrics import CapacitySearch, LevelData, Measurement, Probe
 from perfgate.observe import SpecWindow, read_facts, rejected_extras, short_outputs
 from perfgate.plots import PlotsUnavailable, load_baseline_run, render_run_plots
 from perfgate.profile import Profile
+from perfgate.prompting import PromptSource
 from perfgate.rayshards import RayShardPool
 from perfgate.report import BaselineRef, RunRecord, git_commit, render_table
 from perfgate.summary import markdown_summary
@@ -82,18 +81,7 @@ from perfgate.telemetry import (
 )
 from perfgate.twin import twin_greedy
 from perfgate.workers import RequestPlan, SequentialClient
-from perfgate.workload import (
-    Prompt,
-    Tokenizer,
-    WordCosts,
-    approximate_prompts,
-    build_prompts,
-    conversation_prompts,
-    dataset_prompts,
-    drawn_lengths,
-    word_cost_counts,
-    word_costs,
-)
+from perfgate.workload import Prompt
 
 Progress = Callable[[str], None]
 
@@ -174,16 +162,19 @@ class PerfgateSession:
         self.backend: Backend | None = None
         # the twin's greedy outputs of (prompts, max_tokens), when a twin check is selected
         self.twin_request: tuple[list[str], int] | None = None
-        self._chat_countable: bool | None = None  # whether chat prompts can be counted
-        self._conversations: list[Conversation] | None = None  # the dataset, once read
-        self._dataset_counts: dict[str, tuple[int, int]] = {}  # its prompts' and replies' tokens
-        self._word_costs: WordCosts | None = None  # prompt words' token costs, counted once
         self._twin_result: Greedy | str | None = None  # the twin's outputs, or why none
         self.backend_error: BackendError | None = None
         self._gpu: GpuSampler | str | None = None  # the NVML sampler, or why none (once known)
         self.unusable: list[str] = []  # correctness failures that make perf meaningless
         self.perf_selected = False  # whether this session runs perf tests (set by the plugin)
-        self.nonce = self.owner if base_url else ""  # attached servers may cache prompts
+        self.prompt_source = PromptSource(
+            profile,
+            self.engine,
+            root=root,
+            view=self.view,
+            degraded=self.degraded,
+            nonce=self.owner if base_url else "",  # attached servers may cache prompts
+        )
         self.completion_extras = self.engine.completion_extras()
         self.run = RunRecord(
             perfgate_version=__version__,
@@ -509,109 +500,11 @@ class PerfgateSession:
             reasoning_fields=self.engine.reasoning_fields,
         )
 
-    def _prompts(self, name: str, concurrency: int, repeat: int, count: int) -> list[Prompt]:
-        w = self.profile.workload
+    def prompts(self, name: str, concurrency: int | float, repeat: int, count: int) -> list[Prompt]:
+        """``count`` seeded prompts for run ``repeat`` of test ``name``'s level ``concurrency``
+        (starting the backend: its tokenizer counts them)."""
         backend = self.start_backend()
-        # attached: a per-run nonce, so a prefix cache cannot serve an earlier run's prompts
-        seed = random.Random(f"{w.seed}:{name}:{concurrency}:{repeat}{self.nonce}").getrandbits(32)
-        with httpx.Client(base_url=backend.base_url, timeout=30.0) as client:
-            why = self._inexact_prompts_reason(client)
-            run = f"{name} {level_name(concurrency)} run {repeat + 1}"
-            if w.prompts in ("dataset", "multi-turn"):
-                return self._dataset_prompts(client, run, count, seed, why)
-            prompts = self._word_prompts(client, run, count, seed, why)
-            if not w.range_ratio:
-                return prompts
-            outputs = drawn_lengths(seed + 1, count, w.output_len, w.range_ratio)
-            return [Prompt(p.text, p.tokens, n) for p, n in zip(prompts, outputs, strict=True)]
-
-    def _word_prompts(
-        self, client: httpx.Client, run: str, count: int, seed: int, why: str
-    ) -> list[Prompt]:
-        """Seeded random-word prompts (shared-prefix ones too): exact where the server can
-        count them, else estimated."""
-        w = self.profile.workload
-        if why:
-            prompts, note = approximate_prompts(
-                client,
-                self.profile.model.name,
-                count,
-                w.input_len,
-                seed,
-                w.api,
-                why,
-                prefix_len=w.prefix_len,
-            )
-            if not any(n.startswith(why) for n in self.run.notes):
-                self.degraded(note)  # once: later levels' estimates differ slightly
-            return prompts
-        tokenizer = Tokenizer(client, self.engine, self.profile.model.name, w.api)
-        if self._word_costs is None:  # counted once a session
-            total = word_cost_counts()
-            with self.view.step("counting prompt words' tokens", total, unit="counts") as t:
-                self._word_costs = word_costs(tokenizer, on_counted=t.update)
-        label = f"{run}: checking prompts"
-        floor = (w.prefix_len or 0) + 1
-        with self.view.step(label, count, unit="prompts") as task:
-            return build_prompts(
-                tokenizer,
-                count,
-                drawn_lengths(seed, count, w.input_len, w.range_ratio, floor),
-                seed,
-                self._word_costs,
-                on_counted=task.update,
-                prefix_len=w.prefix_len,
-            )
-
-    def _dataset_prompts(
-        self, client: httpx.Client, run: str, count: int, seed: int, why: str
-    ) -> list[Prompt]:
-        """Prompts drawn from the profile's dataset, with their replies' lengths."""
-        w = self.profile.workload
-        if why:
-            raise WorkloadError(
-                f"dataset prompts need the server's token counts, and here: {why}; use an "
-                "engine with a tokenize endpoint (llamacpp, vllm), or random prompts"
-            )
-        assert w.dataset is not None
-        if self._conversations is None:  # read once a session
-            self._conversations = load_conversations(w.dataset, self.root)
-        tokenizer = Tokenizer(client, self.engine, self.profile.model.name, w.api)
-        label = f"{run}: counting dataset prompts"
-        with self.view.step(label, count, unit="prompts") as task:
-            if w.prompts == "multi-turn":
-                return conversation_prompts(
-                    tokenizer,
-                    self._conversations,
-                    count,
-                    seed,
-                    max_output=w.output_len,
-                    counted=self._dataset_counts,
-                    on_counted=task.update,
-                )
-            return dataset_prompts(
-                tokenizer,
-                self._conversations,
-                count,
-                seed,
-                max_input=w.input_len,
-                max_output=w.output_len,
-                counted=self._dataset_counts,
-                on_counted=task.update,
-            )
-
-    def _inexact_prompts_reason(self, client: httpx.Client) -> str:
-        """Why prompts of exactly input_len tokens cannot be built here ('' when they can)."""
-        if self.engine.tokenize_path is None:
-            return "no tokenize endpoint"
-        if self.profile.workload.api != "chat":
-            return ""
-        if self._chat_countable is None:
-            tokenizer = Tokenizer(client, self.engine, self.profile.model.name, "chat")
-            self._chat_countable = tokenizer.counts_chat()
-        if self._chat_countable:
-            return ""
-        return f"{self.engine.name} cannot count chat prompts after the chat template"
+        return self.prompt_source.draw(backend.base_url, name, concurrency, repeat, count)
 
     def measure(
         self,
@@ -697,7 +590,7 @@ class PerfgateSession:
                 f"perfgate: {name} {level_name(c)} {run_word} {first_repeat + repeat + 1}: {total} "
                 f"requests ({self._lengths_text()}, {warmup} warmup)"
             )
-            return self._prompts(name, c, first_repeat + repeat, total + warmup)
+            return self.prompts(name, c, first_repeat + repeat, total + warmup)
 
         def on_record(_: int, record: RequestRecord) -> None:
             if not record.ok:
@@ -892,7 +785,7 @@ class PerfgateSession:
         warmup = self.profile.workload.warmup
         plan = self.plan()
         policy = self.policy
-        prompts = self._prompts(name, 1, 0, warmup + rounds * policy.max_runs)
+        prompts = self.prompts(name, 1, 0, warmup + rounds * policy.max_runs)
         measurement = Measurement()
         self.run.measurements[name] = measurement
         self.progress(f"perfgate: {name}: {rounds} sequential requests a run, {warmup} warmup")
