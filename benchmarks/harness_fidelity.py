@@ -47,8 +47,9 @@ from perfgate.client import RequestRecord
 from perfgate.client.monitor import HarnessStats
 from perfgate.client.transport import pooled_client
 from perfgate.live import ProgressView
-from perfgate.load import LevelRun, Tally, run_level, run_sweep
+from perfgate.load import LevelRun, Tally, run_level
 from perfgate.sim import SimConfig, SimProcess, SimRecord
+from perfgate.sweep import run_sweep
 from perfgate.workers import HttpxWorkers, RequestPlan
 from perfgate.workload import Prompt
 
@@ -84,7 +85,7 @@ def measure(
     ttft_ms: float = 100.0,
 ) -> str:
     """One level on a fresh simulator; perfgate's own sweep code (``processes`` > 1: its
-    :class:`perfgate.load.ShardPool`), or the httpx workers for comparison."""
+    :class:`perfgate.sweep.ShardPool`), or the httpx workers for comparison."""
     config = SimConfig(ttft_s=ttft_ms / 1000, itl_s=itl_ms / 1000, burst=burst)
     plan = TaggedPlan(api="completions", model="sim", output_len=output_len, request_timeout_s=120)
     prompts = [Prompt(f"r{i} " + "word " * input_words, None) for i in range(concurrency * waves)]

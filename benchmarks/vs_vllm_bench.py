@@ -21,7 +21,7 @@ lengths, and their reported figures are compared with ground truth:
    eval ms / (tokens - 1), its TPOT). They are the numbers llama.cpp also streams as
    ``timings``, which perfgate records per request.
 
-perfgate runs in this process (:func:`perfgate.load.run_sweep`, one level, no warmup); its
+perfgate runs in this process (:func:`perfgate.sweep.run_sweep`, one level, no warmup); its
 CPU is ``time.process_time()`` plus any client processes it started. ``vllm bench serve``
 runs as a subprocess (``--request-rate inf --max-concurrency C --ignore-eos``, the random
 dataset with a seed per run, no warmup, no ready check); its CPU is the
@@ -85,9 +85,10 @@ from typing import Any
 import httpx
 from sim_throughput import process_cpu_seconds
 
-from perfgate.load import RequestPlan, run_sweep
 from perfgate.metrics import level_metrics
 from perfgate.sim import SimConfig, SimProcess, SimRecord
+from perfgate.sweep import run_sweep
+from perfgate.workers import RequestPlan
 from perfgate.workload import Prompt
 
 ROOT = Path(__file__).resolve().parents[1]

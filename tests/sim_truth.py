@@ -8,9 +8,10 @@ import statistics
 from typing import Any
 
 from perfgate.client.monitor import LAG_BOUND_S
-from perfgate.load import LevelRun, run_sweep
+from perfgate.load import LevelRun
 from perfgate.metrics import level_metrics
 from perfgate.sim import SimProcess
+from perfgate.sweep import run_sweep
 from perfgate.workers import RequestPlan
 from perfgate.workload import Prompt
 

@@ -110,7 +110,7 @@ def test_server_killed_during_a_level_fails_fast_and_stops_the_sweep(tmp_path):
     import asyncio
     import threading
 
-    from perfgate.load import run_sweep
+    from perfgate.sweep import run_sweep
     from perfgate.workload import Tokenizer, build_prompts
 
     session = session_for(small_profile(), tmp_path)

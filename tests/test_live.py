@@ -7,8 +7,9 @@ import asyncio
 import io
 
 from perfgate.live import ProgressView, duration
-from perfgate.load import Tally, run_sweep
+from perfgate.load import Tally
 from perfgate.sim import SimConfig, SimProcess
+from perfgate.sweep import run_sweep
 from perfgate.workers import RequestPlan
 from perfgate.workload import Prompt
 

@@ -8,8 +8,9 @@ import statistics
 import httpx
 import pytest
 
-from perfgate.load import ShardPool, run_level, run_sweep
+from perfgate.load import run_level
 from perfgate.sim import SimConfig, SimProcess
+from perfgate.sweep import ShardPool, run_sweep
 from perfgate.workers import HttpxWorkers, RequestPlan
 from perfgate.workload import Prompt
 from tests.scripted import completion_chunk, sse, usage_chunk
@@ -171,7 +172,7 @@ def test_a_sweep_spreads_its_workers_over_client_processes_on_one_clock():
 
 
 def test_more_client_processes_only_once_one_could_not_keep_up():
-    from perfgate.load import client_processes
+    from perfgate.sweep import client_processes
     from tests.synthetic import harness_stats as stats
 
     assert client_processes(1, stats(0.1, 0.3), limit=4) == 1  # keeping up
@@ -275,7 +276,7 @@ def test_auto_adds_a_client_process_once_one_could_not_keep_up_and_not_before():
     """``processes="auto"`` on real levels: a first level that keeps one client process
     busy past BUSY_SHARE of a core (50,000-token answers written whole) runs its next level
     over two processes; a calm first level (a token every 10 ms) keeps one."""
-    from perfgate.load import BUSY_SHARE
+    from perfgate.sweep import BUSY_SHARE
 
     def sweep(config: SimConfig, output_len: int):
         plan = RequestPlan(

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from perfgate.load import ShardPool
 from perfgate.rayshards import RayLink, RayShardPool, clock_offset
 from perfgate.sim import SimConfig, SimProcess
+from perfgate.sweep import ShardPool
 from tests.helpers import TINY, floor_baselines, profile_toml, require_ray, run_pytest
 from tests.sim_truth import check_against_the_server, run_one_level
 

@@ -3,7 +3,7 @@
 ``workload.client_ray = ADDRESS`` runs a sweep's client shards (:class:`ShardPool`) as
 Ray actors spread over the cluster's nodes instead of processes on this host: each actor
 runs its share of the level's workers on its own event loop and connections
-(:class:`perfgate.load.ShardRunner`, the same code a client process runs). Hosts do not
+(:class:`perfgate.sweep.ShardRunner`, the same code a client process runs). Hosts do not
 share a monotonic clock, so before each level every actor's clock is read a few times
 and the reading with the shortest round trip gives its offset (as NTP does); its records
 are converted to this process's clock, and half that round trip is added to the level's
@@ -25,7 +25,7 @@ from typing import Any
 from perfgate.client import RequestRecord
 from perfgate.client.monitor import HarnessStats
 from perfgate.errors import PerfgateError
-from perfgate.load import ShardJob, ShardLink, ShardPool, ShardRunner
+from perfgate.sweep import ShardJob, ShardLink, ShardPool, ShardRunner
 
 CLOCK_READINGS = 8  # clock readings per actor before each level; the fastest one counts
 PLACE_TIMEOUT_S = 60.0  # how long an actor may wait for a node with a free CPU
