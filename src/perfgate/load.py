@@ -31,8 +31,6 @@ from perfgate.workers import RequestPlan, Workers, finished
 from perfgate.workload import Prompt
 
 OnRecord = Callable[[int, RequestRecord], None]
-Decision = Literal["next", "repeat", "stop"]
-AfterLevel = Callable[[int, list["LevelRun"]], Decision]
 Phase = Literal["warmup", "measure"]
 PROGRESS_EVERY_S = 1.0  # how often a level's progress is shown while it runs
 

@@ -53,7 +53,7 @@ from perfgate.history import (
 )
 from perfgate.launch import AttachedBackend, Backend, launch
 from perfgate.live import ProgressView
-from perfgate.load import Decision, LevelRun, RateShape, RoundRunner, Tally, plain_rounds
+from perfgate.load import LevelRun, RateShape, RoundRunner, Tally, plain_rounds
 from perfgate.metrics import CapacitySearch, LevelData, Measurement, Probe
 from perfgate.observe import SpecWindow, read_facts, rejected_extras, short_outputs
 from perfgate.plots import PlotsUnavailable, load_baseline_run, render_run_plots
@@ -62,7 +62,7 @@ from perfgate.prompting import PromptSource
 from perfgate.rayshards import RayShardPool
 from perfgate.report import BaselineRef, RunRecord, git_commit, render_table
 from perfgate.summary import markdown_summary
-from perfgate.sweep import ShardPool, run_sweep
+from perfgate.sweep import Decision, ShardPool, run_sweep
 from perfgate.telemetry import (
     SAMPLE_INTERVAL_S,
     GpuSampler,

@@ -23,7 +23,6 @@ from perfgate.client import RequestRecord
 from perfgate.client.monitor import HarnessStats, LoopMonitor
 from perfgate.load import (
     PROGRESS_EVERY_S,
-    AfterLevel,
     LevelRun,
     OnProgress,
     OnRecord,
@@ -39,6 +38,10 @@ from perfgate.load import (
 )
 from perfgate.workers import RequestPlan, WireWorkers
 from perfgate.workload import Prompt
+
+Level = int | float  # a concurrency (closed loop), or a request rate in req/s (open loop)
+Decision = Literal["next", "repeat", "stop"]  # after a level's run: what the sweep does
+AfterLevel = Callable[[Level, list[LevelRun]], Decision]
 
 
 class PooledTally(Tally):
@@ -363,9 +366,6 @@ async def _shard_loop(pipe: Connection, base_url: str, counts: MutableSequence[i
                 pipe.send(await runner.go())
             except Exception as exc:  # the main process raises it
                 pipe.send(exc)
-
-
-Level = int | float  # a concurrency (closed loop), or a request rate in req/s (open loop)
 
 
 async def run_sweep(
