@@ -66,7 +66,7 @@ class SweepRun:
     """Levels in the order they ran, and the levels the sweep did not reach."""
 
     levels: list[LevelRun]
-    not_run: list[int]
+    not_run: list[Level]
 
 
 BUSY_SHARE = 0.6  # a client process above this share of a core is near falling behind
