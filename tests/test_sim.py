@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import json
 import os
 import socket
+import time
 from pathlib import Path
 
 import httpx
@@ -551,6 +553,47 @@ def test_workers_serve_one_port_and_their_records_merge_on_one_clock():
     for i, record in enumerate(records):
         assert record.ok, record.error
         _check_truth(record, by_tag[f"w{i}"])
+
+
+WIDENED = """
+import sys, time
+import perfgate.sim.__main__ as sim_main
+
+run_loop = sim_main._run_loop
+
+def run_then_linger(main):
+    run_loop(main)
+    time.sleep(0.5)  # a slow host: the loop has ended, the worker has not exited yet
+
+sim_main._run_loop = run_then_linger
+sys.exit(sim_main.main(sys.argv[1:]))
+"""
+
+
+def test_a_stop_signal_forwarded_to_a_worker_already_ending_still_ends_cleanly(tmp_path):
+    """killpg's SIGTERM reaches the workers and their parent, which forwards its own; on a
+    slow host the forwarded one can come after a worker's loop has ended (the default
+    action restored). Widened here to half a second: the whole stop still exits 0."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "widened_sim.py"
+    script.write_text(WIDENED)
+    argv = [sys.executable, str(script), "--workers", "2", "--port", "0"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(3)]
+        workers = [int(line.split(" pid ")[1].split()[0]) for line in lines[:2]]
+        for pid in workers:  # killpg's signal, as the workers see it first
+            os.kill(pid, signal.SIGTERM)
+        time.sleep(0.2)  # their loops have ended; they linger
+        os.kill(proc.pid, signal.SIGTERM)  # the parent's copy, forwarded late
+        assert proc.wait(timeout=30) == 0, lines
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize(

@@ -157,6 +157,10 @@ async def _worker(
         await stop.wait()
     finally:
         await server.close()
+        # a second SIGTERM (the parent forwards the one killpg sent it too) may come after
+        # the loop has restored the default action: held back, it cannot kill a worker
+        # that is already ending cleanly
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
 
 
 def _serve_with_workers(config: SimConfig, host: str, port: int, workers: int) -> int:
@@ -190,26 +194,35 @@ def _serve_with_workers(config: SimConfig, host: str, port: int, workers: int) -
     for sock in sockets:
         sock.close()
 
-    def forward(signum: int, _frame: object) -> None:
+    stopping: list[int] = []  # the signal that asked this process to stop, once one did
+
+    def forward(signum: int) -> None:
         for child in children:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, signum)
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    def on_signal(signum: int, _frame: object) -> None:
+        stopping.append(signum)
+        forward(signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     with os.fdopen(read_end) as lines:
         ready = [lines.readline().strip() for _ in range(workers)]
     if not all(ready):
-        forward(signal.SIGTERM, None)
+        forward(signal.SIGTERM)
     else:
         print("\n".join(ready), flush=True)
         print(f"{READY_PREFIX}{url}", flush=True)
     failed = not all(ready)
     for _ in children:
         _pid, status = os.wait()
-        if os.waitstatus_to_exitcode(status) != 0 and not failed:
+        code = os.waitstatus_to_exitcode(status)
+        if stopping and code in (-signal.SIGTERM, -signal.SIGINT):
+            code = 0  # ended by the stop signal itself, as asked
+        if code != 0 and not failed:
             failed = True
-            forward(signal.SIGTERM, None)  # one worker ended early: end them all
+            forward(signal.SIGTERM)  # one worker ended early: end them all
     return 1 if failed else 0
 
 
