@@ -4,10 +4,12 @@ import math
 import random
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
+from perfgate.baseline import Expectation, compare
 from perfgate.stats import (
+    CENSOR,
     Noise,
     Rule,
     comparison,
@@ -63,8 +65,8 @@ def test_no_noise_estimate_means_no_interval_and_says_so():
 
 def judge(runs, value, tol, direction="higher", noise=None, baseline_runs=8, rule=None):
     rule = rule or Rule(min_runs=3, max_runs=10, figures=36)
-    est = estimate(runs, noise)
     worst, better = limits(value, tol, direction)
+    est = estimate(runs, noise, limit=(worst, direction))  # as the gate judges (compare)
     return decide(comparison(est, value, worst, better, direction, baseline_runs), len(runs), rule)
 
 
@@ -133,3 +135,69 @@ def test_derived_tolerance_grows_with_noise_and_family():
     fewer = derived_tolerance(Noise(0.03, 40), Rule(3, 10, 4), 8, 0.02, "higher")
     assert 0.04 < small < 0.08 < noisy and fewer < small
     assert derived_tolerance(Noise(0.001, 40), Rule(3, 10, 36), 8, 0.02, "higher") == 0.02
+
+
+@pytest.mark.parametrize("met", [0.05, 0.15, 0.25])
+def test_a_share_that_fell_regresses_even_when_some_runs_met_none(met):
+    """slo_met recorded at 1.0 (every request met its service level; tolerance 50%). Each
+    gated run's share is Binomial(6, met) / 6, so many runs have none at all: a run of 0
+    is no reason to pass. (CI saw 4 runs of 8 at 0 and 4 at 1/6 pass as noise.) Regressed
+    in at least 99% of 2000 gates, each run to the gate's minimum and more while asked
+    (before runs were held at the bound: 97%, 67% and 63%)."""
+    rng = random.Random(int(met * 100))
+    baseline = Expectation(
+        value=1.0, tolerance=0.5, direction="higher", runs=8, noise_sigma=0.0, noise_df=14
+    )
+    rule = Rule(min_runs=3, max_runs=10, figures=9)
+    regressed = 0
+    for _ in range(2000):
+        runs: list[float] = []
+        while True:
+            runs.append(sum(rng.random() < met for _ in range(6)) / 6)
+            if len(runs) < rule.min_runs:
+                continue
+            check, more = compare("sweep.c2.slo_met", runs, baseline, rule)
+            if not more or len(runs) >= rule.max_runs:
+                break
+        check = compare("sweep.c2.slo_met", runs, baseline, Rule(3, len(runs), 9))[0]
+        regressed += check.verdict == "regressed"
+    assert regressed / 2000 >= 0.99, regressed
+
+
+@example(runs=[60.0] * 5, fallen=[True] + [False] * 7, further=1.0, direction="higher")
+@given(
+    st.lists(st.floats(40, 120), min_size=3, max_size=8),
+    st.lists(st.booleans(), min_size=8, max_size=8),
+    st.floats(1.0, 3.0),
+    st.sampled_from(["higher", "lower"]),
+)
+def test_runs_already_far_past_the_limit_falling_further_never_judge_better(
+    runs, fallen, further, direction
+):
+    """Runs beyond CENSOR times past the limit (a quarter of it, higher is better) fall
+    further: by a factor, or to 0 (higher is better). How far past never makes a figure
+    pass that was failing: a 0 among runs once read as noise wide enough to pass."""
+    noise = Noise(0.05, 40)
+    worst = limits(100.0, 0.1, direction)[0]
+    far = worst / CENSOR if direction == "higher" else worst * CENSOR
+    chosen = [i for i in range(len(runs)) if fallen[i]] or [0]
+    there = [far if i in chosen else v for i, v in enumerate(runs)]
+    beyond = far / further if direction == "higher" else far * further
+    past = [beyond if i in chosen else v for i, v in enumerate(runs)]
+    zero = [0.0 if i in chosen else v for i, v in enumerate(runs)]
+    order = {"regressed": 0, "pass": 1, "improved": 2}
+    rule = Rule(3, len(runs), 36)
+    at = judge(there, 100.0, 0.1, direction, noise, rule=rule)
+    assert order[judge(past, 100.0, 0.1, direction, noise, rule=rule).verdict] <= order[at.verdict]
+    if direction == "higher":
+        assert (
+            order[judge(zero, 100.0, 0.1, direction, noise, rule=rule).verdict] <= order[at.verdict]
+        )
+
+
+def test_runs_held_at_the_bound_are_named_in_the_interval():
+    est = estimate([0.0, 0.0, 1 / 6, 1 / 6], limit=(0.5, "higher"))
+    assert est.held == 2 and est.bound == 0.125
+    assert "2 runs beyond 0.125 taken as 0.125 in the spread" in est.interval
+    assert est.median == pytest.approx(1 / 12)  # the runs' own median
+    assert estimate([0.4, 0.45, 0.5], limit=(0.5, "higher")).held == 0

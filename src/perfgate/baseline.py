@@ -163,8 +163,17 @@ def compare(
 ) -> tuple[Check, bool]:
     """Judge one figure's per-run values; also says whether more runs are wanted."""
     figure = parse_key(key).figure
-    noise = expectation.noise if expectation else None
-    est = estimate(values, noise)
+    if expectation is None:
+        est = estimate(values)
+    else:
+        worst, better = limits(
+            expectation.value,
+            expectation.tolerance,
+            expectation.direction,
+            floor=expectation.floor,
+            ceiling=expectation.ceiling,
+        )
+        est = estimate(values, expectation.noise, limit=(worst, expectation.direction))
     base = {
         "key": key,
         "measured": est.median,
@@ -177,9 +186,6 @@ def compare(
         check = Check(**base, verdict="no-baseline", direction=figure.direction, unit=figure.unit)
         return check, False
     exp = expectation
-    worst, better = limits(
-        exp.value, exp.tolerance, exp.direction, floor=exp.floor, ceiling=exp.ceiling
-    )
     cmp = comparison(est, exp.value, worst, better, exp.direction, exp.runs)
     decision = decide(cmp, est.n, rule)
     check = Check(

@@ -8,6 +8,9 @@ The model (README "How the verdict is decided"):
 - The estimate of a figure from ``n`` runs is the median of the runs (one disturbed run
   cannot move it), with standard error ``c_n sigma / √n`` (``c_n``: :data:`MEDIAN_EFFICIENCY`).
 - sigma comes from the spread recorded with the baseline, pooled with this run's own spread.
+  A run far past the figure's limit counts in that spread as :data:`CENSOR` times past it
+  (:func:`censored`): how far past does not change that it is past, and a figure that
+  fell to 0 in some runs would otherwise read as noise wide enough to pass.
 - A figure regresses only when it is both past its limit and worse than the baseline at
   the family-wise rate: ``d + z sigma_d < 0`` with ``z`` the one-sided quantile of
   ``false_failure_rate / figures``. That is Bonferroni's bound: the chance that any
@@ -28,6 +31,7 @@ Verdict = Literal["pass", "improved", "regressed", "untrusted", "missing", "no-b
 Step = Literal["more", "done"]
 CONFIDENCE = 0.95
 VALUE_FLOOR = 1e-6  # a figure of 0 (acceptance collapsed) is taken as this, so logs exist
+CENSOR = 4.0  # a run further past its limit than this factor counts at it in the spread
 
 # sd(median of n normal draws) * sqrt(n) / sigma, for n = 1..20 (2e6-draw simulation,
 # benchmarks/gate_study.py --constants); 1.2533 = sqrt(pi/2) beyond.
@@ -156,13 +160,19 @@ class Estimate:
     n: int
     noise: Noise | None
     confidence: float = CONFIDENCE
+    held: int = 0  # runs the spread counted at ``bound``, far past the limit (censored)
+    bound: float | None = None
 
     @property
     def interval(self) -> str:
         """The interval as people read it, naming what it is."""
         if self.low is None or self.high is None:
             return f"n={self.n}, no interval (noise unknown)"
-        return f"{self.confidence:.0%} CI {self.low:.4g}..{self.high:.4g}, n={self.n}"
+        text = f"{self.confidence:.0%} CI {self.low:.4g}..{self.high:.4g}, n={self.n}"
+        if self.held and self.bound is not None:
+            runs, at = "run" if self.held == 1 else "runs", f"{self.bound:.4g}"
+            text += f", {self.held} {runs} beyond {at} taken as {at} in the spread"
+        return text
 
 
 def standard_error(noise: Noise, n: int) -> float:
@@ -170,23 +180,56 @@ def standard_error(noise: Noise, n: int) -> float:
     return median_efficiency(n) * noise.sigma / math.sqrt(n)
 
 
-def estimate(samples: Sequence[float], noise: Noise | None = None) -> Estimate:
+def censored(
+    samples: Sequence[float], worst: float, direction: Direction
+) -> tuple[list[float], float | None]:
+    """The runs as a figure's spread reads them, and the bound they were held to: a run
+    further past ``worst`` (the limit) than :data:`CENSOR` times counts at that bound.
+
+    Only the spread reads them; the median stays the runs' own. A limit of 0 or less
+    (a tolerance of 100% or more, higher is better) has no bound.
+    """
+    if worst <= 0:
+        return list(samples), None
+    if direction == "higher":
+        bound = worst / CENSOR
+        return [max(v, bound) for v in samples], bound
+    bound = worst * CENSOR
+    return [min(v, bound) for v in samples], bound
+
+
+def estimate(
+    samples: Sequence[float],
+    noise: Noise | None = None,
+    *,
+    limit: tuple[float, Direction] | None = None,
+) -> Estimate:
     """Median of runs with a t interval of the log median.
 
     ``noise``: the spread known from elsewhere (the baseline's), pooled with the runs' own.
-    Without any spread estimate there is no interval, and the Estimate says so.
+    ``limit``: the figure's worst acceptable value and direction; runs far past it count
+    at :func:`censored`'s bound in the runs' own spread. Without any spread estimate
+    there is no interval, and the Estimate says so.
     """
     if not samples:
         raise ValueError("estimate of no samples")
     center = median(samples)
-    parts = [p for p in (noise, Noise.of(samples)) if p is not None]
+    spread_of, bound = censored(samples, *limit) if limit else (list(samples), None)
+    held = sum(a != b for a, b in zip(samples, spread_of, strict=True))
+    parts = [p for p in (noise, Noise.of(spread_of)) if p is not None]
     pooled = Noise.pooled(parts)
     if pooled is None:
         return Estimate(center, None, None, len(samples), None)
     half = t_quantile(0.5 + CONFIDENCE / 2, pooled.df) * standard_error(pooled, len(samples))
     log_center = math.log(max(center, VALUE_FLOOR))
     return Estimate(
-        center, math.exp(log_center - half), math.exp(log_center + half), len(samples), pooled
+        center,
+        math.exp(log_center - half),
+        math.exp(log_center + half),
+        len(samples),
+        pooled,
+        held=held,
+        bound=bound if held else None,
     )
 
 
