@@ -134,3 +134,36 @@ def test_build_derives_tolerances_keeps_hand_set_ones_and_roundtrips(tmp_path):
     assert load_baseline(path) == second.baseline
     assert json.loads(path.read_text())["schema_version"] == 2
     assert [p.name for p in path.parent.iterdir()] == ["p.json"]  # no temp file left
+
+
+def test_a_figure_at_0_in_a_run_is_left_out_and_does_not_widen_the_others():
+    """A level where no request met the service level in some run (slo_met and goodput 0)
+    cannot be judged on the gate's log scale: it is left out of the baseline, said so,
+    and the kind's noise comes from the other levels. (It once made every slo_met and
+    goodput tolerance 100%: never failing. All runs at 0 crashed on validation.)"""
+    values = {
+        "sweep.c1.slo_met": [1.0, 0.96, 1.0],
+        "sweep.c2.slo_met": [0.92, 0.96, 0.94],
+        "sweep.c4.slo_met": [0.5, 0.0, 0.25],
+        "sweep.c8.slo_met": [0.0, 0.0, 0.0],
+        "sweep.c1.goodput_tok_s": [20.0, 19.0, 20.5],
+        "sweep.c4.goodput_tok_s": [10.0, 0.0, 5.0],
+    }
+    recorded = build_baseline("p", "h", values, None, {}, Rule())
+    metrics = recorded.baseline.metrics
+    assert set(metrics) == {"sweep.c1.slo_met", "sweep.c2.slo_met", "sweep.c1.goodput_tok_s"}
+    assert recorded.left_out == {
+        k: values[k] for k in ("sweep.c4.slo_met", "sweep.c8.slo_met", "sweep.c4.goodput_tok_s")
+    }
+    assert all(exp.tolerance < 0.5 for exp in metrics.values()), metrics  # was 100%
+    lines = diff_lines(None, recorded)
+    assert "  left out sweep.c8.slo_met: runs 0, 0, 0 (0 in a run: not judged)" in lines
+    assert "  left out sweep.c4.goodput_tok_s: runs 10, 0, 5 (0 in a run: not judged)" in lines
+    sound = {**values, "sweep.c4.slo_met": [0.5, 0.45, 0.55], "sweep.c8.slo_met": [0.2] * 3}
+    before = build_baseline("p", "h", sound, None, {}, Rule()).baseline
+    again = build_baseline("p", "h", values, before, {}, Rule())
+    assert again.kept == []  # measured, not kept from the old baseline
+    assert "sweep.c4.slo_met" not in again.baseline.metrics
+    changes = diff_lines(before, again)
+    assert "  left out sweep.c4.slo_met: runs 0.5, 0, 0.25 (0 in a run: not judged)" in changes
+    assert not any("removed sweep.c4.slo_met" in line for line in changes)

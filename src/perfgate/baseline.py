@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -264,6 +264,7 @@ class Recorded:
 
     baseline: Baseline
     kept: list[str]  # previous figures this run did not measure, kept unchanged
+    left_out: dict[str, list[float]] = field(default_factory=dict)  # 0 in a run: unjudgeable
 
 
 def build_baseline(
@@ -281,11 +282,15 @@ def build_baseline(
 
     Tolerances: ``tolerance`` if given; else a previous hand-set one; else derived from
     the measured noise (:func:`perfgate.stats.derived_tolerance`) for a profile of this
-    many figures. Previous figures this run did not measure are kept, and listed.
+    many figures. Previous figures this run did not measure are kept, and listed. A figure
+    at 0 in any run (no request met the service level) has no place on the gate's log
+    scale: it is left out, and listed, and its kind's noise comes from the other levels.
     """
     values = {k: v for k, v in values.items() if parse_key(k).figure.recorded}
+    left_out = {k: v for k, v in values.items() if min(v) <= 0}
+    values = {k: v for k, v in values.items() if k not in left_out}
     noise = kind_noise(values)
-    kept = sorted(previous.metrics.keys() - values.keys()) if previous else []
+    kept = sorted(previous.metrics.keys() - values.keys() - left_out.keys()) if previous else []
     family = Rule(
         min_runs=rule.min_runs,
         max_runs=rule.max_runs,
@@ -338,7 +343,7 @@ def build_baseline(
         metrics=dict(sorted(metrics.items(), key=lambda kv: _key_order(kv[0]))),
         facts=facts or {},
     )
-    return Recorded(new, kept)
+    return Recorded(new, kept, left_out)
 
 
 def _key_order(key: str) -> tuple[str, float, int]:
@@ -389,6 +394,13 @@ def diff_lines(old: Baseline | None, recorded: Recorded) -> list[str]:
                 f"  changed {key}: {prev.value:.4g} → {exp.value:.4g} {exp.unit} "
                 f"({pct:+.1f}%; {tol}{was})"
             )
+    for key, runs in recorded.left_out.items():
+        shown = ", ".join(f"{v:.4g}" for v in runs)
+        lines.append(f"  left out {key}: runs {shown} (0 in a run: not judged)")
     if old is not None:
-        lines += [f"  removed {k}" for k in old.metrics if k not in new.metrics]
+        lines += [
+            f"  removed {k}"
+            for k in old.metrics
+            if k not in new.metrics and k not in recorded.left_out
+        ]
     return lines
