@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from perfgate.load import Level
 from perfgate.metrics import CapacitySearch, Probe
 from perfgate.profile import CapacitySpec
-
-Level = int | float
 
 
 def _rounded_rate(rate: float) -> float:

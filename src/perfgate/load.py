@@ -32,6 +32,7 @@ from perfgate.workload import Prompt
 
 OnRecord = Callable[[int, RequestRecord], None]
 Phase = Literal["warmup", "measure"]
+Level = int | float  # a concurrency (closed loop), or a request rate in req/s (open loop)
 PROGRESS_EVERY_S = 1.0  # how often a level's progress is shown while it runs
 
 

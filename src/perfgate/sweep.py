@@ -23,6 +23,7 @@ from perfgate.client import RequestRecord
 from perfgate.client.monitor import HarnessStats, LoopMonitor
 from perfgate.load import (
     PROGRESS_EVERY_S,
+    Level,
     LevelRun,
     OnProgress,
     OnRecord,
@@ -39,7 +40,6 @@ from perfgate.load import (
 from perfgate.workers import RequestPlan, WireWorkers
 from perfgate.workload import Prompt
 
-Level = int | float  # a concurrency (closed loop), or a request rate in req/s (open loop)
 Decision = Literal["next", "repeat", "stop"]  # after a level's run: what the sweep does
 AfterLevel = Callable[[Level, list[LevelRun]], Decision]
 
