@@ -81,7 +81,8 @@ async def test_requests_leave_on_schedule_whatever_the_answers():
     assert scheduled == pytest.approx([i / 50 for i in range(20)], abs=1e-6)
     delays = [r.client_delay for r in records]
     assert max(delays) < 0.05  # left on time
-    assert [r.latency for r in records] == pytest.approx([0.2] * 20, abs=0.05)
+    # latency counts from the schedule: the 0.2 s service at least (a slow host only adds)
+    assert all(r.latency >= r.client_delay + 0.2 - 1e-3 for r in records)
     data = LevelData.from_run(level)
     assert data.rate == 50.0 and data.level == 50.0
 
