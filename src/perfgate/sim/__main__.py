@@ -194,7 +194,7 @@ def _serve_with_workers(config: SimConfig, host: str, port: int, workers: int) -
     for sock in sockets:
         sock.close()
 
-    stopping: list[int] = []  # the signal that asked this process to stop, once one did
+    stopping = False  # a stop signal reached this process
 
     def forward(signum: int) -> None:
         for child in children:
@@ -202,7 +202,8 @@ def _serve_with_workers(config: SimConfig, host: str, port: int, workers: int) -
                 os.kill(child, signum)
 
     def on_signal(signum: int, _frame: object) -> None:
-        stopping.append(signum)
+        nonlocal stopping
+        stopping = True
         forward(signum)
 
     signal.signal(signal.SIGTERM, on_signal)
