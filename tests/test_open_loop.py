@@ -72,15 +72,23 @@ def _in_flight_peak(records):
 
 @pytest.mark.asyncio
 async def test_requests_leave_on_schedule_whatever_the_answers():
-    """50 requests a second, each answered in 0.2 s: about 10 in flight, none waits."""
+    """50 requests a second, each answered in 0.2 s: about 10 in flight, none waits for
+    an answer. Checked against the records' own times, not a bound on the client's
+    lateness: CI saw a stalled host send two requests 0.10 and 0.15 s late."""
     level = await _level(rate=50.0, cap=None)
     records = sorted(level.records, key=lambda r: r.index)
     assert all(r.ok for r in records) and len(records) == 20
     assert _in_flight_peak(records) >= 8  # none waited for an answer before sending
     scheduled = [r.scheduled - records[0].scheduled for r in records]
     assert scheduled == pytest.approx([i / 50 for i in range(20)], abs=1e-6)
-    delays = [r.client_delay for r in records]
-    assert max(delays) < 0.05  # left on time
+    for r in records:  # never early, and the lateness is what the record says
+        assert r.sent >= r.scheduled - 1e-3
+        assert r.client_delay == pytest.approx(r.sent - r.scheduled)
+    # each request leaves 0.02 s after the one before it, which is answered 0.2 s after it
+    # left: a runner that waited for answers (a closed loop) would send none before its
+    # predecessor ended; one stall longer than 0.18 s may fall between two sends
+    before_predecessor_ended = sum(r.sent < p.end for p, r in itertools.pairwise(records))
+    assert before_predecessor_ended >= len(records) - 2
     # latency counts from the schedule: the 0.2 s service at least (a slow host only adds)
     assert all(r.latency >= r.client_delay + 0.2 - 1e-3 for r in records)
     data = LevelData.from_run(level)

@@ -234,8 +234,8 @@ def _rate(profile: Path, baselines: Path, out: Path, *extra: str):
 def test_request_rates_count_queueing_from_the_schedule_and_report_the_clients_lag(tmp_path):
     """Open loop on the real server (it answers about 7 requests a second here): at 2
     requests a second each request is answered in a quarter second; at 30 a second all 16
-    are sent on time (client delay p99 well under 50 ms) and their latency holds the
-    server's queue, seconds long. With at most 2 in flight the queue is the client's:
+    are sent on time (client delay p99 under a tenth of the latency) and their latency
+    holds the server's queue, seconds long. With at most 2 in flight the queue is the client's:
     requests leave late, the run says the client fell behind its schedule, and latency
     still counts from the scheduled time."""
     profile = profile_toml(RATE, tmp_path)
@@ -247,7 +247,9 @@ def test_request_rates_count_queueing_from_the_schedule_and_report_the_clients_l
     levels = _rate_levels(tmp_path / "rec")
     slow = max(m["latency_s"]["p50"] for m in levels[2.0])
     for m in levels[30.0]:
-        assert m["client_delay_s"]["p99"] < 0.05  # sent on schedule
+        # sent on schedule: the wait is the server's queue, the client's lag a small part
+        # of it (a share, not a bound in ms: a stalled host adds a little to both)
+        assert m["client_delay_s"]["p99"] < 0.1 * m["latency_s"]["p90"]
         assert m["latency_s"]["p90"] > 3 * slow  # ... and queued in the server
         assert m["latency_s"]["p90"] > m["latency_s"]["p50"] > slow
     recorded = json.loads(next((baselines / "rate").glob("cpu-*[!n].json")).read_text())
