@@ -201,3 +201,14 @@ def test_runs_held_at_the_bound_are_named_in_the_interval():
     assert "2 runs beyond 0.125 taken as 0.125 in the spread" in est.interval
     assert est.median == pytest.approx(1 / 12)  # the runs' own median
     assert estimate([0.4, 0.45, 0.5], limit=(0.5, "higher")).held == 0
+
+
+def test_a_median_of_0_has_no_ratio_interval_and_still_fails():
+    """Runs at 0 (every request missed its service level): no interval is printed (it
+    read 1e-06..1e-06 before), yet the noise is kept and the figure is judged regressed."""
+    zeros = estimate([0.0, 0.0, 0.0, 0.3], limit=(0.9, "higher"))
+    assert zeros.low is None and zeros.noise is not None
+    assert zeros.interval.startswith("n=4, no interval (a ratio interval about 0")
+    assert "3 runs beyond 0.225 taken as 0.225" in zeros.interval
+    verdict = judge([0.0, 0.0, 0.0, 0.3], 1.0, 0.1, "higher", None)
+    assert verdict.verdict == "regressed", verdict

@@ -167,8 +167,10 @@ class Estimate:
     def interval(self) -> str:
         """The interval as people read it, naming what it is."""
         if self.low is None or self.high is None:
-            return f"n={self.n}, no interval (noise unknown)"
-        text = f"{self.confidence:.0%} CI {self.low:.4g}..{self.high:.4g}, n={self.n}"
+            why = "noise unknown" if self.noise is None else "a ratio interval about 0 is 0..0"
+            text = f"n={self.n}, no interval ({why})"
+        else:
+            text = f"{self.confidence:.0%} CI {self.low:.4g}..{self.high:.4g}, n={self.n}"
         if self.held and self.bound is not None:
             runs, at = "run" if self.held == 1 else "runs", f"{self.bound:.4g}"
             text += f", {self.held} {runs} beyond {at} taken as {at} in the spread"
@@ -220,12 +222,16 @@ def estimate(
     pooled = Noise.pooled(parts)
     if pooled is None:
         return Estimate(center, None, None, len(samples), None)
-    half = t_quantile(0.5 + CONFIDENCE / 2, pooled.df) * standard_error(pooled, len(samples))
-    log_center = math.log(max(center, VALUE_FLOOR))
+    if center <= 0:  # the interval is a ratio of the median: none about 0 (the verdict
+        # still reads the noise, the median taken as VALUE_FLOOR)
+        low = high = None
+    else:
+        half = t_quantile(0.5 + CONFIDENCE / 2, pooled.df) * standard_error(pooled, len(samples))
+        low, high = center * math.exp(-half), center * math.exp(half)
     return Estimate(
         center,
-        math.exp(log_center - half),
-        math.exp(log_center + half),
+        low,
+        high,
         len(samples),
         pooled,
         held=held,
