@@ -10,10 +10,9 @@ from hypothesis import strategies as st
 from perfgate.baseline import Expectation, compare
 from perfgate.stats import (
     CENSOR,
+    Decision,
     Noise,
     Rule,
-    comparison,
-    decide,
     derived_tolerance,
     estimate,
     limits,
@@ -64,10 +63,19 @@ def test_no_noise_estimate_means_no_interval_and_says_so():
 
 
 def judge(runs, value, tol, direction="higher", noise=None, baseline_runs=8, rule=None):
+    """The gate's decision on one figure's runs, through :func:`compare` as a run is judged
+    (the key only names a figure; the expectation carries the direction)."""
+    expectation = Expectation(
+        value=value,
+        tolerance=tol,
+        direction=direction,
+        runs=baseline_runs,
+        noise_sigma=None if noise is None else noise.sigma,
+        noise_df=None if noise is None else noise.df,
+    )
     rule = rule or Rule(min_runs=3, max_runs=10, figures=36)
-    worst, better = limits(value, tol, direction)
-    est = estimate(runs, noise, limit=(worst, direction))  # as the gate judges (compare)
-    return decide(comparison(est, value, worst, better, direction, baseline_runs), len(runs), rule)
+    check, more = compare("sweep.c1.agg_tok_s", list(runs), expectation, rule)
+    return Decision(check.verdict, "more" if more else "done", check.why or "")
 
 
 def test_a_tolerance_tighter_than_the_noise_does_not_fail_on_noise():
