@@ -255,11 +255,13 @@ def require_ray() -> None:
         pytest.skip(RAY_HINT)
 
 
-def record_afresh(directory: Path) -> list[str]:
-    """pytest options that record the profile's baseline (3 runs a level) into an empty
-    baselines directory under ``directory``: nothing to judge against, so the host's speed
-    that day cannot refuse the recording (recording over a baseline judges against it and
-    writes only from a run that passed), and the shipped files stay untouched."""
+def record_afresh(directory: Path, repeats: int | None = 3) -> list[str]:
+    """pytest options that record the profile's baseline (``repeats`` runs a level; None:
+    the profile's ``record_repeats``) into an empty baselines directory under
+    ``directory``: nothing to judge against, so the host's speed that day cannot refuse
+    the recording (recording over a baseline judges against it and writes only from a run
+    that passed), and the shipped files stay untouched."""
     empty = directory / "baselines"
     empty.mkdir(parents=True, exist_ok=True)
-    return ["--update-baselines", "--perf-repeats=3", "-o", f"perfgate_baselines_dir={empty}"]
+    runs = [] if repeats is None else [f"--perf-repeats={repeats}"]
+    return ["--update-baselines", *runs, "-o", f"perfgate_baselines_dir={empty}"]

@@ -16,16 +16,16 @@ from tests.helpers import owned_server_pids, run_pytest
 pytestmark = pytest.mark.engine
 
 
-def unrecorded_host(profile: str, tmp_path) -> list[str]:
+def unrecorded_host(profile: str, tmp_path, repeats: int | None = 3) -> list[str]:
     """[] where the profile ships a baseline for this host's key; else the options that
-    record one afresh (a CPU kind no baseline was recorded on yet: the run then proves the
-    whole suite runs, and its timing is not judged)."""
+    record one afresh with ``repeats`` runs a level (a CPU kind no baseline was recorded on
+    yet: the run then proves the whole suite runs, and its timing is not judged)."""
     from perfgate.launch.hardware import describe_local_hardware
     from tests.helpers import ROOT, record_afresh
 
     if (ROOT / "baselines" / profile / f"{describe_local_hardware()['key']}.json").is_file():
         return []
-    return record_afresh(tmp_path)
+    return record_afresh(tmp_path, repeats)
 
 
 def require_vllm() -> str:

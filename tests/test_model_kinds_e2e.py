@@ -187,9 +187,12 @@ def test_a_drafter_that_rarely_matches_fails_on_acceptance(tmp_path):
         "num_speculative_tokens = 8, prompt_lookup_max = 1, prompt_lookup_min = 1",
     )
     # the single-request measurement alone (2:46 here, not ~10 min: 8-token drafts decode slowly
-    # here); the sweep's figures are then MISSING, said as such, and not asserted on
-    healthy = unrecorded_host("vllm-cpu-smollm2-ngram", tmp_path)
-    if healthy:  # no shipped baseline for this host's key: record the healthy drafter first
+    # here); the sweep's figures are then MISSING, said as such, and not asserted on.
+    # No shipped baseline for this host's key: record the healthy drafter first, with the
+    # profile's 8 runs (CI on an Intel host recorded 3: acceptance 0.67, 0.43, 0.42 gave a
+    # derived tolerance of 96%, and the bad drafter's 0.09 against 0.43 passed as noise)
+    healthy = unrecorded_host("vllm-cpu-smollm2-ngram", tmp_path, repeats=None)
+    if healthy:
         code, out = perfgate_run(
             "perf", "vllm-cpu-smollm2-ngram", tmp_path / "healthy", "-k", "single", *healthy
         )
