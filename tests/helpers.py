@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -253,6 +254,13 @@ def require_ray() -> None:
         if os.environ.get("PERFGATE_REQUIRE_RAY"):
             pytest.fail(f"PERFGATE_REQUIRE_RAY is set but {RAY_HINT}")
         pytest.skip(RAY_HINT)
+
+
+# the summary of a complete, passed run: green (all within tolerance), or yellow when a
+# figure's median is past its limit yet within the run's noise (a noisy host's doing)
+JUDGED_PASSED = re.compile(
+    r"all \d+ baseline figures judged, (all within tolerance|none regressed beyond noise)"
+)
 
 
 def record_afresh(directory: Path, repeats: int | None = 3) -> list[str]:

@@ -17,6 +17,7 @@ from perfgate.profile import DEFAULT_PROFILE, load_profile
 from perfgate.report import load_run
 from perfgate.session import PerfgateSession
 from tests.helpers import (
+    JUDGED_PASSED,
     ROOT,
     TINY,
     floor_baselines,
@@ -326,7 +327,7 @@ def test_update_baselines_then_gate_against_them(tmp_path):
     )
     out2 = second.stdout + second.stderr
     assert second.returncode == 0, out2
-    assert "baseline figures judged, all within tolerance (exact baseline)" in out2
+    assert JUDGED_PASSED.search(out2) and "(exact baseline)" in out2, out2
     assert "Base Agg tok/s" in out2
 
 

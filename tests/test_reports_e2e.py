@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from perfgate.cli import main as cli
-from tests.helpers import ROOT, TINY, profile_toml, run_pytest
+from tests.helpers import JUDGED_PASSED, ROOT, TINY, profile_toml, run_pytest
 
 pytestmark = pytest.mark.engine
 
@@ -85,7 +85,7 @@ def test_quiet_run_writes_the_summary_junit_properties_plots_and_history(recorde
     assert result.returncode == 0, text
     # -q: no progress at all, the summary still there
     assert not [ln for ln in text.splitlines() if ln.startswith(PROGRESS_LINES)], text
-    assert "[sweep]" in text and "baseline figures judged, all within tolerance" in text
+    assert "[sweep]" in text and JUDGED_PASSED.search(text), text
     # the Markdown summary, to the option's path and to $GITHUB_STEP_SUMMARY
     markdown = summary.read_text()
     assert markdown.startswith("### ✅ perfgate `tiny`: passed: all ")
@@ -158,7 +158,7 @@ def test_in_a_terminal_progress_is_drawn_in_place(recorded, tmp_path):
     assert "\r\x1b[2Kperfgate: sweep C=2 run 1" in text  # the line erased and redrawn
     assert "requests" in text and "elapsed" in text  # the display's status
     assert "perfgate: sweep C=2:" in text  # each level's result line stays
-    assert "baseline figures judged, all within tolerance" in text
+    assert JUDGED_PASSED.search(text), text
     assert "passed" in text.splitlines()[-1]
 
 

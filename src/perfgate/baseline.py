@@ -125,6 +125,15 @@ class Check(BaseModel):
         """Whether this check fails the build (regressed, untrusted, missing, or creep)."""
         return self.verdict in ("regressed", "untrusted", "missing", "creep")
 
+    @property
+    def past_limit(self) -> bool:
+        """Whether the median is past the limit (a pass then means: within noise)."""
+        if self.limit is None:
+            return False
+        return (
+            self.measured < self.limit if self.direction == "higher" else self.measured > self.limit
+        )
+
     def message(self) -> str:
         """One line naming figure, measured (with interval), baseline, limit and Δ%."""
         unit = f" {self.unit}" if self.unit else ""

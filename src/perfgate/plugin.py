@@ -408,7 +408,18 @@ def _summary_lines(perf: PerfgateSession) -> list[tuple[str, str]]:
     if not_run:
         out.append(("red", f"levels not run: {not_run}"))
     complete = perf.run.status == "passed" and not missing and not not_run
-    if judged and complete and not any(c.failed for c in checks):
+    past = [c for c in checks if not c.failed and c.past_limit]
+    if judged and complete and not any(c.failed for c in checks) and past:
+        out.append(
+            (
+                "yellow",
+                f"all {len(judged)} baseline figures judged, none regressed beyond noise; "
+                f"{len(past)} past the limit by the median, within this run's noise (measure "
+                f"again on a quieter host to decide; {perf.baseline_tier} baseline):",
+            )
+        )
+        out += [("yellow", f"  {check.message()}") for check in past]
+    elif judged and complete and not any(c.failed for c in checks):
         out.append(
             (
                 "green",
