@@ -128,28 +128,34 @@ def test_goodput_counts_the_requests_that_met_every_service_level():
         Slo()
 
 
+def _judged_sweep(tmp_path, runs: list[list[float]], *, update: bool) -> PerfgateSession:
+    """A real session of the embedded default (its sweep at C=4 only) whose sweep ran
+    ``runs`` (TTFTs of each run), judged against ``tmp_path``'s baselines (key ``hw``),
+    finished as passed or failed by its verdicts."""
+    profile = load_profile("llamacpp-gemma3-270m", ROOT / "profiles")
+    workload = profile.workload.model_copy(update={"levels": [4]})
+    perf = PerfgateSession(
+        profile.model_copy(update={"workload": workload}),
+        root=ROOT,
+        baselines_dir=tmp_path / "b",
+        output_dir=tmp_path / "o",
+        update_baselines=update,
+        progress=lambda _: None,
+    )
+    perf.resolve_baseline({"key": "hw"})
+    perf.run.measurements = {"sweep": _sweep(runs)}
+    perf.run.checks = perf.verdicts().checks
+    perf.finish("failed" if any(c.failed for c in perf.run.checks) else "passed")
+    return perf
+
+
 def test_recording_over_a_baseline_refuses_a_regressed_run_and_says_how_to_accept_it(tmp_path):
     """--update-baselines over an exact baseline: a run whose TTFT doubled is judged against
     it (really regressed), nothing is written, and the refusal names the figure, the file,
     and how to accept slower figures on purpose."""
-    profile = load_profile("llamacpp-gemma3-270m", ROOT / "profiles")
-    workload = profile.workload.model_copy(update={"levels": [4]})
-    profile = profile.model_copy(update={"workload": workload})
 
     def recording(runs: list[list[float]]) -> PerfgateSession:
-        session = PerfgateSession(
-            profile,
-            root=ROOT,
-            baselines_dir=tmp_path / "b",
-            output_dir=tmp_path / "o",
-            update_baselines=True,
-            progress=lambda _: None,
-        )
-        session.resolve_baseline({"key": "hw"})
-        session.run.measurements = {"sweep": _sweep(runs)}
-        session.run.checks = session.verdicts().checks
-        session.finish("failed" if any(c.failed for c in session.run.checks) else "passed")
-        return session
+        return _judged_sweep(tmp_path, runs, update=True)
 
     first = recording([FAST] * 3)
     assert any("written" in line or "added" in line for line in first.record_baseline())
@@ -171,25 +177,8 @@ def test_a_figure_past_its_limit_within_noise_is_named_not_called_within_toleran
     a run with no such figure keeps the green line."""
     from perfgate.plugin import _summary_lines
 
-    profile = load_profile("llamacpp-gemma3-270m", ROOT / "profiles")
-    profile = profile.model_copy(
-        update={"workload": profile.workload.model_copy(update={"levels": [4]})}
-    )
-
     def session(runs: list[list[float]], update: bool) -> PerfgateSession:
-        perf = PerfgateSession(
-            profile,
-            root=ROOT,
-            baselines_dir=tmp_path / "b",
-            output_dir=tmp_path / "o",
-            update_baselines=update,
-            progress=lambda _: None,
-        )
-        perf.resolve_baseline({"key": "hw"})
-        perf.run.measurements = {"sweep": _sweep(runs)}
-        perf.run.checks = perf.verdicts().checks
-        perf.finish("failed" if any(c.failed for c in perf.run.checks) else "passed")
-        return perf
+        return _judged_sweep(tmp_path, runs, update=update)
 
     recorded = session([FAST] * 8, update=True)
     recorded.record_baseline()

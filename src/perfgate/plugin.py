@@ -408,8 +408,9 @@ def _summary_lines(perf: PerfgateSession) -> list[tuple[str, str]]:
     if not_run:
         out.append(("red", f"levels not run: {not_run}"))
     complete = perf.run.status == "passed" and not missing and not not_run
+    passed = bool(judged) and complete and not any(c.failed for c in checks)
     past = [c for c in checks if not c.failed and c.past_limit]
-    if judged and complete and not any(c.failed for c in checks) and past:
+    if passed and past:
         out.append(
             (
                 "yellow",
@@ -419,7 +420,7 @@ def _summary_lines(perf: PerfgateSession) -> list[tuple[str, str]]:
             )
         )
         out += [("yellow", f"  {check.message()}") for check in past]
-    elif judged and complete and not any(c.failed for c in checks):
+    elif passed:
         out.append(
             (
                 "green",
