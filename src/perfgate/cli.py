@@ -123,6 +123,8 @@ def _print_fact_diff(old: RunRecord, new: RunRecord, failed: list[Check]) -> Non
         print("configuration facts that differ (OLD → NEW):")
         for change in why.changes:
             print(f"  {change.describe()}")
+    if why.unknown:
+        print(f"facts not known for NEW (not reported): {', '.join(why.unknown)}")
     if failed and why.causes:
         print("likely causes, most likely first:")
         for i, cause in enumerate(why.causes, 1):

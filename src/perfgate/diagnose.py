@@ -5,8 +5,9 @@ comes from the run) are compared with the facts stored in the baseline. Differen
 ranked into likely causes, and the log lines the seeds grepped for by hand
 (accept|spec|draft|NCCL|P2P|attention|KV cache|cuda graph|mamba) are attached. Build and
 runtime facts the log reports (flash attention as resolved, GPU offload, CUDA graphs,
-torch.compile, KV cache types) rank high; one the log did not report is unknown, never a
-cause.
+torch.compile, KV cache types) rank high. A fact this run did not report, from whatever
+source (an attached server has no command line; a log at another verbosity omits lines), is
+unknown: listed once as not known, never a change and never a cause.
 """
 
 from __future__ import annotations
@@ -144,6 +145,10 @@ class DiagnosisRecord(BaseModel):
 
     causes: list[str] = Field(default_factory=list)
     changes: list[str] = Field(default_factory=list)
+    unknown: list[str] = Field(
+        default_factory=list,
+        description="Baseline facts this run did not report: not known, so never a cause.",
+    )
     log_lines: list[str] = Field(default_factory=list)
     grep: str = ""
     baseline_has_facts: bool = True
@@ -157,7 +162,9 @@ class DiagnosisRecord(BaseModel):
         if self.changes:
             out.append("facts that differ from the baseline:")
             out += [f"  {change}" for change in self.changes]
-        elif not self.baseline_has_facts:
+        if self.unknown:
+            out.append(f"facts not known for this run (not reported): {', '.join(self.unknown)}")
+        if not self.changes and not self.baseline_has_facts:
             out.append(
                 "the baseline has no recorded facts to compare with; record it again "
                 "(--update-baselines) to get a configuration diff"
@@ -174,6 +181,7 @@ class Diagnosis:
 
     causes: list[Cause] = field(default_factory=list)
     changes: list[FactChange] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
     log_lines: list[str] = field(default_factory=list)
     grep: str = ""
     baseline_has_facts: bool = True
@@ -183,6 +191,7 @@ class Diagnosis:
         return DiagnosisRecord(
             causes=[c.text for c in self.causes],
             changes=[c.describe() for c in self.changes],
+            unknown=list(self.unknown),
             log_lines=list(self.log_lines),
             grep=self.grep,
             baseline_has_facts=self.baseline_has_facts,
@@ -213,21 +222,38 @@ def _differs(key: str, old: Fact, new: Fact) -> bool:
     return a != b
 
 
+def _known_absent(key: str, old: Fact, new: Mapping[str, Fact]) -> bool:
+    """Whether a baseline fact this run lacks is known to be gone: a flag dropped from the
+    command line of a server perfgate launched (its whole command line is known)."""
+    return old.source == "command" and any(f.source == "command" for f in new.values())
+
+
 def fact_changes(old: Mapping[str, Fact], new: Mapping[str, Fact]) -> list[FactChange]:
-    """Facts present in either that differ (measured figures only beyond their noise)."""
+    """Facts that differ from the baseline's (measured figures only beyond their noise):
+    facts this run reported, and flags dropped from a launched server's command line. A
+    fact this run did not report is unknown, not a change: :func:`unknown_facts`."""
     changes = []
-    unknown_command = not any(f.source == "command" for f in new.values())
     for key in sorted(old.keys() | new.keys()):
         a, b = old.get(key), new.get(key)
-        if a is None or b is None:
-            if key.startswith("log_"):
-                continue  # periodic log figures come and go with timing
-            if b is None and a is not None and a.source == "command" and unknown_command:
-                continue  # an attached server's command line is unknown, not changed
-            changes.append(FactChange(key, a, b))
-        elif _differs(key, a, b):
+        if key.startswith("log_") and (a is None or b is None):
+            continue  # periodic log figures come and go with timing
+        if b is None:
+            if a is not None and _known_absent(key, a, new):
+                changes.append(FactChange(key, a, b))
+        elif a is None or _differs(key, a, b):
             changes.append(FactChange(key, a, b))
     return changes
+
+
+def unknown_facts(old: Mapping[str, Fact], new: Mapping[str, Fact]) -> list[str]:
+    """Keys of baseline facts this run did not report and cannot know (an attached
+    server's command line, a log line at another verbosity, an endpoint that did not
+    answer): never a change, never a cause."""
+    return sorted(
+        key
+        for key in old.keys() - new.keys()
+        if not key.startswith("log_") and not _known_absent(key, old[key], new)
+    )
 
 
 def spec_facts(measurements: Iterable[Measurement]) -> Facts:
@@ -321,9 +347,7 @@ def _acceptance(facts: Mapping[str, Fact]) -> float | None:
 def _acceptance_causes(new: Mapping[str, Fact], old: Mapping[str, Fact]) -> list[Cause]:
     now, before = _acceptance(new), _acceptance(old)
     if now is None:
-        if before is not None and "spec_method" in old and "spec_method" not in new:
-            return [Cause(95, f"speculative decoding off (baseline acceptance {before:.1%})")]
-        return []
+        return []  # not measured here: unknown (a failed accept_rate check names it)
     if before is not None and before > 0 and now < ACCEPT_DROP * before:
         drop = (before - now) / before
         return [Cause(100 + 100 * drop, f"draft acceptance {now:.1%} (baseline {before:.1%})")]
@@ -355,8 +379,8 @@ def _is_off(fact: Fact | None) -> bool:
 
 def _change_cause(change: FactChange) -> Cause | None:
     key, old, new = change.key, change.old, change.new
-    if key in MEASURED_KEYS or (new is None and key in ABSENT_IS_UNKNOWN):
-        return None
+    if key in MEASURED_KEYS or new is None:
+        return None  # measured figures rank through their checks; an absent fact never ranks
     if old is None and key in ABSENT_IS_UNKNOWN and not _is_off(new):
         return None  # the baseline's log did not say: unknown, so no change to blame
     rule = RULES.get(key)
@@ -477,6 +501,7 @@ def diagnose(
     return Diagnosis(
         causes=likely_causes(new, baseline, checks),
         changes=fact_changes(baseline, new) if baseline else [],
+        unknown=unknown_facts(baseline, new),
         log_lines=matching_log_lines(log, grep) if log and grep else [],
         grep=grep,
         baseline_has_facts=bool(baseline),

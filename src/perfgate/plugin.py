@@ -360,6 +360,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     perf.finish(status)
     if perf.update_baselines:
         lines.extend(perf.record_baseline())
+        if perf.recording_refused and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # asked to record; wrote nothing
     lines.append(f"perfgate: run JSON written to {perf.run_path}")
     lines.extend(perf.append_history())
     summaries = [Path(p) for p in (session.config.getoption("perfgate_summary"),) if p]

@@ -148,6 +148,7 @@ class PerfgateSession:
         self.baseline_path = baseline_path(baselines_dir, profile.name, ANY_HARDWARE)
         self.golden: GoldenOutputs | None = None
         self.golden_outputs: GoldenOutputs | None = None  # produced by this run
+        self.recording_refused = False  # --update-baselines wrote nothing: the build fails
         self.owner = f"perfgate-{uuid.uuid4().hex[:12]}"
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         self.run_path = output_dir / "runs" / f"{profile.name}-{stamp}-{self.owner[-6:]}.json"
@@ -896,6 +897,7 @@ class PerfgateSession:
                 *self._record_golden(),
             ]
         if problems:
+            self.recording_refused = True
             lines = [refuse + problems[0], *(f"  also: {p}" for p in problems[1:])]
             regressed = [c.key for c in self.run.checks if c.verdict == "regressed"]
             exact = self.baseline_tier == "exact"
@@ -932,6 +934,7 @@ class PerfgateSession:
                 },
             )
         except BaselineError as exc:
+            self.recording_refused = True
             return [refuse + str(exc)]
         save_baseline(self.baseline_path, recorded.baseline)
         self.run.write_compressed(kept_run)  # the raw records, compact, beside the figures

