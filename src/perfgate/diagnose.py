@@ -222,7 +222,7 @@ def _differs(key: str, old: Fact, new: Fact) -> bool:
     return a != b
 
 
-def _known_absent(key: str, old: Fact, new: Mapping[str, Fact]) -> bool:
+def _known_absent(old: Fact, new: Mapping[str, Fact]) -> bool:
     """Whether a baseline fact this run lacks is known to be gone: a flag dropped from the
     command line of a server perfgate launched (its whole command line is known)."""
     return old.source == "command" and any(f.source == "command" for f in new.values())
@@ -238,7 +238,7 @@ def fact_changes(old: Mapping[str, Fact], new: Mapping[str, Fact]) -> list[FactC
         if key.startswith("log_") and (a is None or b is None):
             continue  # periodic log figures come and go with timing
         if b is None:
-            if a is not None and _known_absent(key, a, new):
+            if a is not None and _known_absent(a, new):
                 changes.append(FactChange(key, a, b))
         elif a is None or _differs(key, a, b):
             changes.append(FactChange(key, a, b))
@@ -252,7 +252,7 @@ def unknown_facts(old: Mapping[str, Fact], new: Mapping[str, Fact]) -> list[str]
     return sorted(
         key
         for key in old.keys() - new.keys()
-        if not key.startswith("log_") and not _known_absent(key, old[key], new)
+        if not key.startswith("log_") and not _known_absent(old[key], new)
     )
 
 

@@ -4,6 +4,7 @@ real engine can show reliably.
 
 - the same server, recorded and then gated, passes, every figure judged (the request
   rate's too);
+- a recording that writes nothing fails the build;
 - decoding 25% slower (tok/s down to 0.8x) fails tok/s, and a tail (1 request in 10
   stalled before its first token) fails p99 TTFT; the median TTFT passes.
 
@@ -117,3 +118,18 @@ def test_slower_decoding_and_a_tail_each_fail_their_own_figures_and_not_the_medi
     assert median["verdict"] in ("pass", "improved"), median
     assert "sweep.c4.per_request_tok_s: measured" in out and "REGRESSED" in out
     assert "TTFT p99(s)" in out  # the chosen figure's column
+
+
+def test_a_recording_that_writes_nothing_fails_the_build(tmp_path):
+    """--update-baselines asked for, nothing written (one run a level gives no noise to
+    derive a tolerance from): the build fails, even though every test passed."""
+    profile = tmp_path / "sim-gate.toml"
+    profile.write_text(PROFILE)
+    baselines = tmp_path / "baselines"
+    with SimProcess(HEALTHY) as sim:
+        code, out, _ = gate(
+            profile, baselines, sim, tmp_path / "out", "--update-baselines", "--perf-repeats=1"
+        )
+    assert code == 1, out
+    assert "perfgate: baseline NOT updated: " in out and "a baseline needs at least 3" in out
+    assert not baselines.exists() or not any(baselines.rglob("*.json")), out
