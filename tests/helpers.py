@@ -23,6 +23,21 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE_TOML = (ROOT / "profiles" / "llamacpp-gemma3-270m.toml").read_text()
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter of ``pid`` from /proc (R, S, D, Z...), None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def living(pids: set[int] | list[int]) -> dict[int, str]:
+    """Those of ``pids`` still running, with their state: a zombie that nobody reaped yet
+    (an orphan's parent in a container may be an init that never reaps) has stopped."""
+    states = {pid: process_state(pid) for pid in pids}
+    return {pid: state for pid, state in states.items() if state not in (None, "Z")}
+
+
 def owned_server_pids() -> set[int]:
     """Pids of live processes that perfgate started (they carry PERFGATE_OWNER)."""
     pids = set()
@@ -31,10 +46,8 @@ def owned_server_pids() -> set[int]:
         if not entry.name.isdigit():
             continue
         try:
-            if marker in (entry / "environ").read_bytes():
-                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                if state != "Z":
-                    pids.add(int(entry.name))
+            if marker in (entry / "environ").read_bytes() and living([int(entry.name)]):
+                pids.add(int(entry.name))
         except OSError:
             continue
     return pids
@@ -274,8 +287,15 @@ JUDGED_PASSED = re.compile(
 )
 
 
+# One llama.cpp thread for the engine tier's servers: two threads spin-wait on each other
+# at every step, and with a neighbour holding one of this host's 2 cores a 2-thread server
+# ran over 10x slower; one thread just shares its core.
+ONE_THREAD = {"threads": 1, "threads-batch": 1}
+
+
 def small_profile(**server_args: object) -> Profile:
-    """The default profile, small: 48 tokens in, 16 out, C=1 and 2, one run a level."""
+    """The default profile, small: 48 tokens in, 16 out, C=1 and 2, one run a level, one
+    thread (:data:`ONE_THREAD`)."""
     from perfgate.profile import DEFAULT_PROFILE, load_profile
 
     profile = load_profile(DEFAULT_PROFILE, ROOT / "profiles")
@@ -284,7 +304,7 @@ def small_profile(**server_args: object) -> Profile:
     )
     gate = profile.gate.model_copy(update={"repeats": 1, "max_extra_repeats": 0})
     profile = profile.model_copy(update={"workload": workload, "gate": gate})
-    return profile.with_server_args(**server_args) if server_args else profile
+    return profile.with_server_args(**{**ONE_THREAD, **server_args})
 
 
 def session_for(profile: Profile, tmp_path: Path, progress=None) -> PerfgateSession:

@@ -9,6 +9,7 @@ relative tolerance, a direction and an optional absolute floor or ceiling.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -41,6 +42,13 @@ TolSource = Literal["derived", "manual"]
 # A tolerance of 10 (1000%) or more gates nothing: recording refuses to derive one.
 MAX_TOLERANCE = 10.0
 
+# The spread of a figure between hosts (and days) of one hardware key, as sd of ln, where
+# a baseline has not measured its own on MIN_HOST_DF host-to-host differences. Measured on
+# this project's 2-core AVX-512 CI hosts: healthy servers ran 8-38% off the recording of
+# another host (README, "Another host of the same key"). Never 0.
+DEFAULT_HOST_SIGMA = 0.2
+MIN_HOST_DF = 4
+
 
 class Expectation(BaseModel):
     """One gated figure: the value to hold, how far it may drift, and the noise behind it."""
@@ -67,11 +75,41 @@ class Expectation(BaseModel):
         "figure pooled over the baseline's levels (sd of ln, about the CV).",
     )
     noise_df: float | None = Field(None, ge=0, description="Degrees of freedom of noise_sigma.")
+    host_sigma: float | None = Field(
+        None,
+        ge=0,
+        description="Spread of this figure between hosts of its hardware key (sd of ln), "
+        "pooled from recordings on different hosts; added to the noise when a run on "
+        "another host than the recording's is judged. Absent: not measured yet.",
+    )
+    host_df: float | None = Field(None, ge=0, description="Degrees of freedom of host_sigma.")
     tolerance_source: TolSource = Field(
         "manual",
         description="derived: from measured noise when recorded; manual: set by hand (kept "
         "when re-recording).",
     )
+
+    @property
+    def between_hosts(self) -> float:
+        """The spread between hosts the gate uses on another host: the measured one once
+        it rests on :data:`MIN_HOST_DF` host-to-host differences, else never below
+        :data:`DEFAULT_HOST_SIGMA`."""
+        measured = self.host_sigma if self.host_sigma is not None else 0.0
+        if self.host_df is not None and self.host_df >= MIN_HOST_DF:
+            return measured
+        return max(measured, DEFAULT_HOST_SIGMA)
+
+    def host_spread(self, another_host: bool) -> tuple[float, float]:
+        """The spread between hosts (sd of ln) a run adds to its error, and its degrees of
+        freedom: none on the baseline's own host or for a hand-set target; the measured
+        spread with its df; the stated default as a known value (infinite df)."""
+        if not another_host or not self.runs:
+            return 0.0, math.inf
+        sigma = self.between_hosts
+        measured = self.host_df is not None and self.host_df >= MIN_HOST_DF
+        return sigma, (
+            self.host_df or math.inf
+        ) if measured and sigma == self.host_sigma else math.inf
 
     @property
     def noise(self) -> Noise | None:
@@ -174,9 +212,16 @@ def missing(key: str, why: str, expectation: Expectation | None) -> Check:
 
 
 def compare(
-    key: str, values: list[float], expectation: Expectation | None, rule: Rule
+    key: str,
+    values: list[float],
+    expectation: Expectation | None,
+    rule: Rule,
+    *,
+    another_host: bool = False,
 ) -> tuple[Check, bool]:
-    """Judge one figure's per-run values; also says whether more runs are wanted."""
+    """Judge one figure's per-run values; also says whether more runs are wanted.
+    ``another_host``: the baseline was recorded on another host than these runs, so
+    the spread between hosts adds to the noise (:attr:`Expectation.between_hosts`)."""
     figure = parse_key(key).figure
     if expectation is None:
         est = estimate(values)
@@ -201,7 +246,8 @@ def compare(
         check = Check(**base, verdict="no-baseline", direction=figure.direction, unit=figure.unit)
         return check, False
     exp = expectation
-    cmp = comparison(est, exp.value, worst, better, exp.direction, exp.runs)
+    host = exp.host_spread(another_host)
+    cmp = comparison(est, exp.value, worst, better, exp.direction, exp.runs, *host)
     decision = decide(cmp, est.n, rule)
     check = Check(
         **base,
@@ -292,8 +338,13 @@ def build_baseline(
     tolerance: float | None = None,
     facts: dict[str, Fact] | None = None,
     min_tolerance: float = 0.0,
+    host_id: str = "",
 ) -> Recorded:
     """A new baseline from per-run values (medians), merged into the previous one.
+
+    The spread between hosts accumulates: when the previous baseline was recorded on
+    another host (or names none), each figure's change between the two recordings is one
+    more host-to-host difference in its ``host_sigma`` (:func:`merged_host_spread`).
 
     Tolerances: ``tolerance`` if given; else a previous hand-set one; else derived from
     the measured noise (:func:`perfgate.stats.derived_tolerance`) for a profile of this
@@ -314,6 +365,7 @@ def build_baseline(
         near=rule.near,
     )
     metrics: dict[str, Expectation] = {}
+    moved = previous is not None and (not host_id or previous.provenance.get("host_id") != host_id)
     for key, runs in values.items():
         figure = parse_key(key).figure
         old = previous.metrics.get(key) if previous else None
@@ -341,8 +393,10 @@ def build_baseline(
                 f"{key}: one run gives no noise to derive a tolerance from; record with "
                 "at least 3 repeats"
             )
+        value = round(estimate(runs).median, 6)
+        host_sigma, host_df = merged_host_spread(old, value, moved)
         metrics[key] = Expectation(
-            value=round(estimate(runs).median, 6),
+            value=value,
             tolerance=tol,
             direction=figure.direction,
             unit=figure.unit,
@@ -352,12 +406,23 @@ def build_baseline(
             spread=None if own is None else round(own.sigma, 6),
             noise_sigma=None if kind is None else round(kind.sigma, 6),
             noise_df=None if kind is None else kind.df,
+            host_sigma=host_sigma,
+            host_df=host_df,
             tolerance_source=source,
         )
     for key in kept:
         assert previous is not None
         metrics[key] = previous.metrics[key]
-    prov = {"recorded_at": datetime.now(UTC).isoformat(timespec="seconds"), **provenance}
+    raw_hosts = previous.provenance.get("hosts") if previous else None
+    hosts = [str(h) for h in raw_hosts] if isinstance(raw_hosts, list) else []
+    if moved and previous is not None and not hosts:
+        hosts = [str(previous.provenance.get("host_id") or "unknown")]
+    prov = {
+        "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        **provenance,
+        "host_id": host_id,
+        "hosts": [*(h for h in hosts if h != host_id), host_id or "unknown"],
+    }
     new = Baseline(
         schema_version=SCHEMA_VERSION,
         profile=profile,
@@ -367,6 +432,24 @@ def build_baseline(
         facts=facts or {},
     )
     return Recorded(new, kept, left_out)
+
+
+def merged_host_spread(
+    old: Expectation | None, value: float, moved: bool
+) -> tuple[float | None, float | None]:
+    """A figure's spread between hosts after recording ``value``: with the previous
+    recording (``old``) on another host, their log ratio d is one host-to-host difference,
+    of variance 2 sigma^2, pooled with those before it: (df sigma^2 + d^2 / 2) / (df + 1).
+    On the same host the previous spread is kept. (Within-host noise is in d too: the
+    estimate errs wide, never narrow.)"""
+    if old is None:
+        return None, None
+    if not moved or not old.runs:  # same host, or a hand-set target: nothing between hosts
+        return old.host_sigma, old.host_df
+    d = math.log(value / old.value)
+    df = old.host_df or 0.0
+    variance = (df * (old.host_sigma or 0.0) ** 2 + d * d / 2) / (df + 1)
+    return round(math.sqrt(variance), 6), df + 1
 
 
 def _key_order(key: str) -> tuple[str, float, int]:

@@ -9,11 +9,19 @@ decision, so the policy is unit-tested on synthetic runs and replayed by the gat
 from __future__ import annotations
 
 import fnmatch
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from perfgate.baseline import ANY_HARDWARE, Baseline, Check, compare, missing
+from perfgate.baseline import (
+    ANY_HARDWARE,
+    DEFAULT_HOST_SIGMA,
+    Baseline,
+    Check,
+    compare,
+    missing,
+)
 from perfgate.figures import (
     BY_NAME,
     figure_key,
@@ -26,7 +34,14 @@ from perfgate.figures import (
     timing_error_bounds,
 )
 from perfgate.metrics import LevelData, Measurement
-from perfgate.stats import Rule, comparison, estimate, limits, t_quantile
+from perfgate.stats import (
+    Rule,
+    comparison,
+    estimate,
+    limits,
+    smallest_failing_factor,
+    t_quantile,
+)
 
 Step = Literal["repeat", "next"]
 Tier = Literal["exact", "any", "none"]
@@ -44,7 +59,9 @@ class GatePolicy:
     - ``false_failure_rate``: the family-wise rate of noise failures for a whole profile;
     - ``retired``: baseline keys (glob patterns) the profile no longer measures;
     - ``figures``: figures the profile chose to gate besides the default ones
-      (``gate.figures``: percentiles, request throughput).
+      (``gate.figures``: percentiles, request throughput);
+    - ``another_host``: the baseline was recorded on another host than this run's (or
+      names none), so each figure's spread between hosts adds to its noise.
     """
 
     min_runs: int = 3
@@ -54,6 +71,7 @@ class GatePolicy:
     retired: tuple[str, ...] = ()
     recording: bool = False
     figures: tuple[str, ...] = ()
+    another_host: bool = False
 
     def chosen(self, baseline: Baseline | None) -> set[str]:
         """Figures measured besides the default ones: the profile's, and any its baseline
@@ -85,7 +103,8 @@ class GatePolicy:
                 continue
             est = estimate(values, exp.noise)
             worst, better = limits(exp.value, exp.tolerance, exp.direction)
-            cmp = comparison(est, exp.value, worst, better, exp.direction, exp.runs)
+            host = exp.host_spread(self.another_host)
+            cmp = comparison(est, exp.value, worst, better, exp.direction, exp.runs, *host)
             z = t_quantile(1 - rule.per_figure_rate, cmp.df)
             if cmp.error is not None and cmp.drift + z * cmp.error >= 0:
                 continue  # this far below is within the recorded noise: measure on
@@ -117,7 +136,10 @@ class GatePolicy:
         rule = self.rule(baseline)
         for key, figure_values in values.items():
             exp = baseline.metrics.get(key)
-            if exp is not None and compare(key, figure_values, exp, rule)[1]:
+            if (
+                exp is not None
+                and compare(key, figure_values, exp, rule, another_host=self.another_host)[1]
+            ):
                 return "repeat"
         return "next"
 
@@ -142,7 +164,9 @@ class GatePolicy:
                 retired.append(key)
             elif key in values:
                 n = len(values[key])
-                check = compare(key, values[key], exp, self.rule(baseline, n))[0]
+                check = compare(
+                    key, values[key], exp, self.rule(baseline, n), another_host=self.another_host
+                )[0]
                 parsed = parse_key(key)
                 error = bounds.get((parsed.measurement, parsed.concurrency))
                 checks.append(harness_verdict(check, error) if parsed.figure.timing else check)
@@ -218,6 +242,46 @@ def harness_verdict(check: Check, error_s: float | None) -> Check:
         "requests in flight per client process"
     )
     return check.model_copy(update={"verdict": "untrusted", "why": why})
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What a comparison with a baseline can catch: its scope in words, the spread between
+    hosts it allows for, and the smallest factor by which a figure must be worse to fail
+    (2.0: half the tok/s, twice the seconds; the median over the baseline's figures)."""
+
+    scope: str
+    host_spread: float | None
+    smallest_factor: float | None
+
+    def describe(self) -> str:
+        if self.smallest_factor is None:
+            return self.scope
+        return f"{self.scope}; fails a figure about {self.smallest_factor:.2g}x worse or more"
+
+
+def reach(baseline: Baseline | None, tier: Tier, policy: GatePolicy) -> Reach:
+    """The scope of the gate's comparison, and the smallest worsening it can fail."""
+    if baseline is None or tier == "none":
+        return Reach("no baseline", None, None)
+    if tier == "any":
+        return Reach("floors only (hardware-independent targets)", None, None)
+    rule = policy.rule(baseline, policy.max_runs)
+    factors, spreads = [], []
+    for exp in baseline.metrics.values():
+        if exp.noise is None or not exp.runs:
+            continue
+        host = exp.host_spread(policy.another_host)
+        spreads.append(host[0])
+        factors.append(
+            smallest_failing_factor(exp.noise, rule, exp.runs, exp.tolerance, exp.direction, *host)
+        )
+    factor = statistics.median(factors) if factors else None
+    if not policy.another_host:
+        return Reach("same host", 0.0, factor)
+    spread = statistics.median(spreads) if spreads else DEFAULT_HOST_SIGMA
+    scope = f"same hardware, another host (host-to-host spread {spread:.0%})"
+    return Reach(scope, spread, factor)
 
 
 def choose_baseline(known: Mapping[str, Baseline], key: str) -> tuple[Baseline | None, Tier]:

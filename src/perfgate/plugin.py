@@ -418,7 +418,8 @@ def _summary_lines(perf: PerfgateSession) -> list[tuple[str, str]]:
                 "yellow",
                 f"all {len(judged)} baseline figures judged, none regressed beyond noise; "
                 f"{len(past)} past the limit by the median, within this run's noise (measure "
-                f"again on a quieter host to decide; {perf.baseline_tier} baseline):",
+                f"again on a quieter host to decide; {perf.baseline_tier} baseline: "
+                f"{perf.reach.describe()}):",
             )
         )
         out += [("yellow", f"  {check.message()}") for check in past]
@@ -427,7 +428,7 @@ def _summary_lines(perf: PerfgateSession) -> list[tuple[str, str]]:
             (
                 "green",
                 f"all {len(judged)} baseline figures judged, all within tolerance "
-                f"({perf.baseline_tier} baseline)",
+                f"({perf.baseline_tier} baseline: {perf.reach.describe()})",
             )
         )
     elif perf.baseline is not None:

@@ -34,6 +34,17 @@ class BaselineRef(BaseModel):
     run_json: str | None = Field(
         None, description="The run the baseline was recorded from (.run.json.gz), if kept."
     )
+    scope: str = Field(
+        "", description="What the comparison is: same host, another host of the key, floors."
+    )
+    host_spread: float | None = Field(
+        None, description="Spread between hosts allowed for (sd of ln; 0 on the same host)."
+    )
+    smallest_factor: float | None = Field(
+        None,
+        description="The smallest factor by which a figure must be worse to fail (2.0: half "
+        "the tok/s, twice the seconds; median over the figures).",
+    )
 
 
 class RunRecord(BaseModel):

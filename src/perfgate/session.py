@@ -35,7 +35,7 @@ from perfgate.diagnose import Diagnosis, diagnose
 from perfgate.engines import Engine, Facts, get_engine
 from perfgate.errors import BackendError, BaselineError, ProfileError, WorkloadError
 from perfgate.figures import CHOSEN, SLO_FIGURES, level_name, run_values, unknown_figures
-from perfgate.gate import GatePolicy, Verdicts, choose_baseline
+from perfgate.gate import GatePolicy, Reach, Verdicts, choose_baseline, reach
 from perfgate.golden import (
     GoldenOutputs,
     Greedy,
@@ -212,7 +212,22 @@ class PerfgateSession:
             retired=tuple(gate.retired),
             recording=self.update_baselines,
             figures=tuple(gate.figures) + (SLO_NAMES if self.profile.slo else ()),
+            another_host=self.another_host,
         )
+
+    @property
+    def reach(self) -> Reach:
+        """What this run's comparison can catch: same host, another host, floors only."""
+        return reach(self.baseline, self.baseline_tier, self.policy)
+
+    @property
+    def another_host(self) -> bool:
+        """Whether the exact baseline was recorded on another host than this run's server
+        (or either host is unknown): the spread between hosts then adds to the noise."""
+        if self.baseline is None or self.baseline_tier != "exact":
+            return False
+        here = str(self.hardware.get("host_id") or "")
+        return not here or self.baseline.provenance.get("host_id") != here
 
     def planned(self) -> dict[str, list[int | float]]:
         """The levels each measurement of the perf suite runs (``rate``: request rates)."""
@@ -248,11 +263,17 @@ class PerfgateSession:
         gating = self.baseline_path
         if self.baseline_tier == "any":
             gating = baseline_path(self.baselines_dir, self.profile.name, ANY_HARDWARE)
+        reach = self.reach
         self.run.baseline = BaselineRef(
             hardware_key=key,
             tier=self.baseline_tier,
             path=self._relative(gating),
             run_json=str(kept) if kept and self.baseline_tier == "exact" else None,
+            scope=reach.scope,
+            host_spread=reach.host_spread,
+            smallest_factor=None
+            if reach.smallest_factor is None
+            else round(reach.smallest_factor, 4),
         )
 
     def tier_note(self) -> str:
@@ -264,7 +285,10 @@ class PerfgateSession:
                 "name its key with --perf-hardware KEY)"
             )
         if self.baseline_tier == "exact":
-            return f"gated by the exact baseline for {where} ({self._relative(self.baseline_path)})"
+            return (
+                f"gated by the exact baseline for {where} ({self._relative(self.baseline_path)})"
+                f": {self.reach.describe()}"
+            )
         others = sorted(k for k in self.known_baselines if k != ANY_HARDWARE)
         recorded = f"; baselines exist for {', '.join(others)}" if others else ""
         if self.baseline_tier == "any":
@@ -921,6 +945,7 @@ class PerfgateSession:
                 tolerance=self.options.tolerance,
                 facts=self.run.facts,
                 min_tolerance=self.profile.gate.min_tolerance,
+                host_id=str(self.hardware.get("host_id") or ""),
                 provenance={
                     "perfgate_version": __version__,
                     "git_commit": self.run.git_commit,

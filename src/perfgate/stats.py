@@ -99,9 +99,13 @@ def _incomplete_beta(a: float, b: float, x: float) -> float:
     return 1 - front * _beta_fraction(b, a, 1 - x) / b
 
 
+NORMAL_DF = 1e6  # Student's t with more degrees of freedom is the normal distribution
+
+
 def t_cdf(t: float, df: float) -> float:
-    """P(T ≤ t) for Student's t with ``df`` degrees of freedom (normal for df = inf)."""
-    if math.isinf(df):
+    """P(T ≤ t) for Student's t with ``df`` degrees of freedom (normal for df = inf, and
+    past :data:`NORMAL_DF`, where the two differ by less than 1e-6)."""
+    if df > NORMAL_DF:
         return statistics.NormalDist().cdf(t)
     tail = 0.5 * _incomplete_beta(df / 2, 0.5, df / (df + t * t))
     return 1 - tail if t > 0 else tail
@@ -112,7 +116,7 @@ def t_quantile(p: float, df: float) -> float:
     """The p-quantile of Student's t (bisection on :func:`t_cdf`)."""
     if not 0 < p < 1:
         raise ValueError("quantile of p outside (0, 1)")
-    if math.isinf(df):
+    if df > NORMAL_DF:
         return statistics.NormalDist().inv_cdf(p)
     low, high = -1e4, 1e4
     for _ in range(200):
@@ -273,6 +277,8 @@ class Comparison:
     better: float  # ln(clearly better / baseline), mirrored likewise (positive)
     error: float | None  # standard error of drift; None when noise is unknown
     df: float
+    host: float = 0.0  # the part of the error from the spread between hosts: more runs
+    # of this host cannot shrink it
 
 
 def comparison(
@@ -282,11 +288,16 @@ def comparison(
     better: float,
     direction: Direction,
     baseline_runs: int | None,
+    host_sigma: float = 0.0,
+    host_df: float = math.inf,
 ) -> Comparison:
     """Drift of an estimate from the baseline value, with its standard error.
 
     ``baseline_runs``: how many runs the baseline's median came from (None for a
-    hand-entered target, which has no error of its own).
+    hand-entered target, which has no error of its own). ``host_sigma``: the spread of
+    the figure between hosts (sd of ln), for a baseline recorded on another host: the
+    baseline's value is then one host's draw, and that spread adds to the error; the
+    degrees of freedom of the sum are Welch-Satterthwaite's (:func:`combined_df`).
     """
     sign = 1.0 if direction == "higher" else -1.0
 
@@ -299,9 +310,12 @@ def comparison(
         variance = median_efficiency(est.n) ** 2 / est.n
         if baseline_runs:
             variance += median_efficiency(baseline_runs) ** 2 / baseline_runs
-        error = est.noise.sigma * math.sqrt(variance)
-        df = est.noise.df
-    return Comparison(log_ratio(est.median), log_ratio(worst), log_ratio(better), error, df)
+        runs_part = est.noise.sigma**2 * variance
+        error = math.sqrt(runs_part + host_sigma**2)
+        df = combined_df(runs_part, est.noise.df, host_sigma**2, host_df)
+    return Comparison(
+        log_ratio(est.median), log_ratio(worst), log_ratio(better), error, df, host_sigma
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +341,18 @@ class Rule:
         return self.false_failure_rate / max(1, self.figures)
 
 
+def combined_df(runs_var: float, runs_df: float, host_var: float, host_df: float) -> float:
+    """Welch-Satterthwaite degrees of freedom of a sum of two variance estimates: the
+    runs' noise (``runs_df``) and the spread between hosts (``host_df``; infinite for a
+    stated default). With no spread between hosts it is the runs' df."""
+    if host_var <= 0:
+        return runs_df
+    terms = (runs_var**2 / runs_df if runs_df > 0 else math.inf) + (
+        host_var**2 / host_df if host_df > 0 else math.inf
+    )
+    return (runs_var + host_var) ** 2 / terms if terms > 0 else math.inf
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """A verdict, whether more runs are wanted, and why."""
@@ -341,7 +367,9 @@ def decide(cmp: Comparison, n: int, rule: Rule) -> Decision:
 
     - REGRESSED needs both: past the limit (clearly, or by the point estimate once no
       more runs are allowed) and worse than the baseline at the family-wise rate.
-    - More runs are asked for while the figure is near its limit, in either direction.
+    - More runs are asked for while the figure is near its limit, in either direction,
+      and only while they can narrow its error: once the runs' part of the error is no
+      larger than the spread between hosts (``cmp.host``), the verdict is final.
     - With no noise estimate at all (one run, hand-entered baseline) only the point
       estimate can be judged, and the reason says so.
     """
@@ -357,20 +385,22 @@ def decide(cmp: Comparison, n: int, rule: Rule) -> Decision:
     significant = d + z_family * se < 0
     beyond = d + z_near * se < limit
     within = d - z_near * se > limit
-    final = n >= rule.max_runs
+    runs_part = math.sqrt(max(0.0, se * se - cmp.host * cmp.host))
+    final = n >= rule.max_runs or (cmp.host > 0 and runs_part <= cmp.host)
+    noise = "noise and the spread between hosts" if cmp.host > 0 else "noise"
     if n < rule.min_runs and not (beyond and significant):
         return Decision("pass", "more", "fewer runs than the minimum")
     if beyond and significant:
-        return Decision("regressed", "done", "past the limit, beyond noise")
+        return Decision("regressed", "done", f"past the limit, beyond {noise}")
     if within:
         improved = d - z_near * se > cmp.better
         return Decision("improved" if improved else "pass", "done", "clearly within the limit")
     if not final:
         return Decision("pass", "more", "near the limit: measuring again")
     if d < limit and significant:
-        return Decision("regressed", "done", "past the limit after the most runs, beyond noise")
+        return Decision("regressed", "done", f"past the limit after the most runs, beyond {noise}")
     if d < limit:
-        return Decision("pass", "done", "past the limit by the point estimate, within noise")
+        return Decision("pass", "done", f"past the limit by the point estimate, within {noise}")
     return Decision("pass", "done", "near the limit after the most runs")
 
 
@@ -388,3 +418,30 @@ def derived_tolerance(
     log_tol = z * noise.sigma * math.sqrt(variance)
     relative = 1 - math.exp(-log_tol) if direction == "higher" else math.exp(log_tol) - 1
     return max(floor, round(relative, 4))
+
+
+def smallest_failing_factor(
+    noise: Noise,
+    rule: Rule,
+    baseline_runs: int,
+    tolerance: float,
+    direction: Direction,
+    host_sigma: float = 0.0,
+    host_df: float = math.inf,
+) -> float:
+    """The smallest factor by which a figure is worse (2.0: half the tok/s, or twice the
+    seconds) whose runs the gate fails after its most runs: past the limit beyond noise,
+    and worse than the baseline at the family-wise rate (:func:`decide`). A figure worse
+    by this factor fails about half the time; by a smaller one, rarely."""
+    n = rule.max_runs
+    variance = median_efficiency(n) ** 2 / n + median_efficiency(baseline_runs) ** 2 / baseline_runs
+    runs_part = noise.sigma**2 * variance
+    se = math.sqrt(runs_part + host_sigma**2)
+    df = combined_df(runs_part, noise.df, host_sigma**2, host_df)
+    worst, _ = limits(1.0, tolerance, direction)
+    limit = -abs(math.log(max(worst, VALUE_FLOOR)))
+    log_factor = max(
+        -limit + t_quantile(rule.near, df) * se,
+        t_quantile(1 - rule.per_figure_rate, df) * se,
+    )
+    return math.exp(log_factor)

@@ -73,7 +73,11 @@ def _provenance(run: RunRecord) -> str:
     hardware = run.hardware.get("key") or run.hardware.get("label") or "?"
     parts = [f"{run.engine} {run.engine_version}", f"hardware `{hardware}`"]
     if run.baseline is not None:
-        parts.append(f"{run.baseline.tier} baseline `{run.baseline.path}`")
+        scope = f" ({run.baseline.scope})" if run.baseline.scope else ""
+        parts.append(f"{run.baseline.tier} baseline `{run.baseline.path}`{scope}")
+        if run.baseline.smallest_factor is not None:
+            factor = run.baseline.smallest_factor
+            parts.append(f"fails a figure about {factor:.2g}x worse or more")
     if run.git_commit:
         parts.append(f"commit `{run.git_commit[:12]}`")
     parts += [f"perfgate {run.perfgate_version}", run.created_at]

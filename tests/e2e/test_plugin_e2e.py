@@ -239,7 +239,7 @@ def test_update_baselines_then_gate_against_them(tmp_path):
     )
     out2 = second.stdout + second.stderr
     assert second.returncode == 0, out2
-    assert JUDGED_PASSED.search(out2) and "(exact baseline)" in out2, out2
+    assert JUDGED_PASSED.search(out2) and "(exact baseline: same host; " in out2, out2
     assert "Base Agg tok/s" in out2
 
 

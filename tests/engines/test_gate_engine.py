@@ -7,7 +7,7 @@ from __future__ import annotations
 from perfgate.figures import measurement_values
 from perfgate.profile import DEFAULT_PROFILE, load_profile
 from perfgate.session import GateOptions, PerfgateSession
-from tests.helpers import ROOT
+from tests.helpers import ONE_THREAD, ROOT
 
 
 def sweep_profile(repeats=1, max_extra=0):
@@ -16,7 +16,9 @@ def sweep_profile(repeats=1, max_extra=0):
         update={"input_len": 64, "output_len": 32, "levels": [1, 2, 4, 8], "rounds": 2, "warmup": 1}
     )
     gate = profile.gate.model_copy(update={"repeats": repeats, "max_extra_repeats": max_extra})
-    return profile.model_copy(update={"workload": workload, "gate": gate})
+    return profile.model_copy(update={"workload": workload, "gate": gate}).with_server_args(
+        **ONE_THREAD
+    )
 
 
 def new_session(profile, tmp_path, name, **kw):
@@ -59,6 +61,7 @@ def test_spec_acceptance_is_measured_over_the_window_and_matches_the_server(tmp_
     )
     gate = profile.gate.model_copy(update={"repeats": 1, "max_extra_repeats": 0})
     profile = profile.model_copy(update={"workload": workload, "gate": gate})
+    profile = profile.with_server_args(**ONE_THREAD)
     session = new_session(profile, tmp_path, "spec")
     try:
         measured = sweep(session, profile)

@@ -15,7 +15,7 @@ import pytest
 
 from perfgate.cli import main
 from perfgate.fleet import remove_orphaned_gate_dirs
-from tests.helpers import ROOT, TINY, profile_toml, require_ray
+from tests.helpers import ROOT, TINY, living, profile_toml, require_ray
 
 
 @pytest.fixture
@@ -189,9 +189,9 @@ def test_a_node_lost_mid_run_fails_the_fleet_and_its_server_stops(cluster, tmp_p
     assert "💀 lost" in (out / "fleet.md").read_text()
     # the lost gate's server got SIGTERM when its pytest died (its parent-death signal)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in server_pids):
+    while time.monotonic() < deadline and living(server_pids):
         time.sleep(1)
-    assert not [p for p in server_pids if Path(f"/proc/{p}").exists()], "server left running"
+    assert not living(server_pids), "server left running (pid: state)"
     # its worker never cleaned up its output directory; the next gate on that host does
     left = [d for d in Path(tempfile.gettempdir()).glob("perfgate-fleet-*") if d not in before]
     assert left, "the lost gate's output directory is expected to be left behind"

@@ -90,7 +90,7 @@ def test_the_same_server_passes_its_own_recording(recorded, tmp_path):
     with SimProcess(HEALTHY) as sim:
         code, out, checks = gate(profile, baselines, sim, tmp_path / "out")
     assert code == 0, out
-    assert "(exact baseline)" in out
+    assert "(exact baseline: same host; fails a figure about " in out  # recorded here
     judged = {key: c["verdict"] for key, c in checks.items() if c["verdict"] != "no-baseline"}
     assert set(judged.values()) <= {"pass", "improved"}, judged
     # every figure of the single requests, the sweep and the request rate

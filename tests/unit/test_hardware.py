@@ -332,3 +332,18 @@ def test_attached_backend_describes_this_machine_or_says_remote():
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     v6 = AttachedBackend("http://[::1]:8000", engine=engine, model="m", env=env)
     assert v6.hardware()["cuda_visible_devices"] == ""
+
+
+def test_host_id_names_one_boot_of_one_machine_without_naming_it():
+    from perfgate.launch.hardware import describe_local_hardware, host_id
+
+    machine = Path("/etc/machine-id").read_text().strip()
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    here = describe_local_hardware()["host_id"]
+    assert here == host_id(f"{machine}\n{boot}\n") == describe_local_hardware()["host_id"]
+    assert len(here) == 16 and machine not in here and boot[:8] not in here
+    assert host_id(f"{machine}\nanother-boot") != here  # a reboot (or a clone) is another host
+    assert (
+        host_id("") == ""
+        and describe_probe(read("probe-amd-epyc-2cpu-no-gpu.txt"), "l")["host_id"] == ""
+    )  # a probe without the section (an older capture) names no host

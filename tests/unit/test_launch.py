@@ -13,6 +13,7 @@ import pytest
 from perfgate.engines import OpenAICompatible
 from perfgate.errors import BackendError, BackendStartError, ReadinessTimeout
 from perfgate.launch import ProcessBackend, free_port
+from tests.helpers import living
 
 
 def backend(tmp_path, code, port=None, grace=10.0):
@@ -28,13 +29,7 @@ def backend(tmp_path, code, port=None, grace=10.0):
 
 
 def gone(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    # a zombie that nobody reaped yet is gone for our purposes
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split(")")[1].split()[0] == "Z"
+    return not living([pid])
 
 
 def test_crash_during_start_reports_exit_code_and_log_tail_fast(tmp_path):

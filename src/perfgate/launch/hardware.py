@@ -19,6 +19,13 @@ The description is a flat dict::
     gpus_on_host          how many nvidia-smi lists before CUDA_VISIBLE_DEVICES
     cuda_visible_devices  its value, or None when unset
     gpu_probe             "ok", "absent" (no nvidia-smi), or "failed (exit N): <first line>"
+    host_id               host_id(): a hash of the machine id and boot id (one boot of one
+                          machine), or "" where neither could be read
+
+The host id tells "the same host" from "another host of the same key" when a run is gated
+(perfgate.gate): it is a truncated SHA-256, so it names no machine. Virtual machines cloned
+from one image share a machine id, so the boot id is part of it: a reboot counts as another
+host, which is the cautious side (the spread between hosts is then added).
 
 When the probe could not run, the description is ``{"key": "", "source": ..., "error": ...}``
 (see ``unknown_hardware``): the caller decides what key to use instead.
@@ -27,6 +34,7 @@ When the probe could not run, the description is ``{"key": "", "source": ..., "e
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import ipaddress
 import os
 import re
@@ -74,6 +82,9 @@ else
 fi
 mark nvidia-smi-exit
 echo "$rc"
+mark host
+cat /etc/machine-id 2>/dev/null || cat /var/lib/dbus/machine-id 2>/dev/null
+cat /proc/sys/kernel/random/boot_id 2>/dev/null
 mark end
 """
 
@@ -200,6 +211,15 @@ def _gpu_probe(sections: dict[str, str]) -> tuple[str, list[Gpu]]:
     return "ok", parse_nvidia_smi(text)
 
 
+def host_id(text: str) -> str:
+    """A stable, non-identifying id of one boot of one machine from the probe's ``host``
+    section (machine id, boot id): 16 hex digits of SHA-256, or "" when it is empty."""
+    ids = " ".join(text.split())
+    if not ids:
+        return ""
+    return hashlib.sha256(f"perfgate-host:{ids}".encode()).hexdigest()[:16]
+
+
 def describe_probe(text: str, source: str) -> dict[str, object]:
     """The hardware description from a probe's output (``PROBE_SCRIPT``), wherever it ran."""
     sections = parse_sections(text)
@@ -225,6 +245,7 @@ def describe_probe(text: str, source: str) -> dict[str, object]:
         "gpus_on_host": len(on_host),
         "cuda_visible_devices": cvd,
         "gpu_probe": gpu_probe,
+        "host_id": host_id(sections.get("host", "")),
     }
     desc["key"] = hardware_key(desc)
     return desc
