@@ -116,14 +116,26 @@ def remove_orphaned_gate_dirs(parent: Path | None = None) -> list[Path]:
             owner = int((directory / OWNER_FILE).read_text())
         except (OSError, ValueError):
             continue  # not one of ours, or still being created
-        try:
-            os.kill(owner, 0)
-        except ProcessLookupError:
+        if not _runs(owner):
             shutil.rmtree(directory, ignore_errors=True)
             removed.append(directory)
-        except PermissionError:
-            pass  # a live process of another user
     return removed
+
+
+def _runs(pid: int) -> bool:
+    """Whether ``pid`` still runs: gone, or a zombie nobody reaped yet (a dead worker whose
+    parent died too, under a container init that never reaps), is not running."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # a live process of another user
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc here: trust the signal
+    return state not in ("Z", "X")
 
 
 def gate_on_node(root: str, profile: str, pytest_args: Sequence[str]) -> dict[str, Any]:

@@ -11,10 +11,12 @@ The model (README "How the verdict is decided"):
   A run far past the figure's limit counts in that spread as :data:`CENSOR` times past it
   (:func:`censored`): how far past does not change that it is past, and a figure that
   fell to 0 in some runs would otherwise read as noise wide enough to pass.
-- A figure regresses only when it is both past its limit and worse than the baseline at
-  the family-wise rate: ``d + z sigma_d < 0`` with ``z`` the one-sided quantile of
-  ``false_failure_rate / figures``. That is Bonferroni's bound: the chance that any
-  figure of a profile fails on noise alone is at most ``false_failure_rate``.
+- A figure regresses when its whole interval lies past its limit; or when it is both
+  past its limit and worse than the baseline at the family-wise rate: ``d + z sigma_d < 0``
+  with ``z`` the one-sided quantile of ``false_failure_rate / figures``. That is
+  Bonferroni's bound: with limits at least as wide as the noise-derived tolerance, the
+  chance that any figure of a profile fails on noise alone is at most
+  ``false_failure_rate``.
 """
 
 from __future__ import annotations
@@ -365,8 +367,10 @@ class Decision:
 def decide(cmp: Comparison, n: int, rule: Rule) -> Decision:
     """The verdict of a comparison after n runs, or a request for more runs.
 
-    - REGRESSED needs both: past the limit (clearly, or by the point estimate once no
-      more runs are allowed) and worse than the baseline at the family-wise rate.
+    - REGRESSED when the drift's whole interval (:data:`CONFIDENCE`, two-sided) lies past
+      the limit, whatever the family: the limit is the limit. Or else when both past the
+      limit (clearly, or by the point estimate once no more runs are allowed) and worse
+      than the baseline at the family-wise rate.
     - More runs are asked for while the figure is near its limit, in either direction,
       and only while they can narrow its error: once the runs' part of the error is no
       larger than the spread between hosts (``cmp.host``), the verdict is final.
@@ -384,10 +388,14 @@ def decide(cmp: Comparison, n: int, rule: Rule) -> Decision:
     z_family = t_quantile(1 - rule.per_figure_rate, cmp.df)
     significant = d + z_family * se < 0
     beyond = d + z_near * se < limit
+    wholly_past = d + t_quantile(0.5 + CONFIDENCE / 2, cmp.df) * se < limit
     within = d - z_near * se > limit
     runs_part = math.sqrt(max(0.0, se * se - cmp.host * cmp.host))
     final = n >= rule.max_runs or (cmp.host > 0 and runs_part <= cmp.host)
     noise = "noise and the spread between hosts" if cmp.host > 0 else "noise"
+    if wholly_past:
+        why = f"its whole {CONFIDENCE:.0%} interval past the limit, beyond {noise}"
+        return Decision("regressed", "done", why)
     if n < rule.min_runs and not (beyond and significant):
         return Decision("pass", "more", "fewer runs than the minimum")
     if beyond and significant:

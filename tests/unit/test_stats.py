@@ -116,6 +116,15 @@ def test_near_the_limit_asks_for_more_then_decides():
     assert final.step == "done"
 
 
+def test_a_run_whose_whole_interval_is_past_the_limit_regresses_whatever_the_family():
+    # CI, prefix cache off: the sweep stopped after one run (goodput fell to 0), and its
+    # TTFT, 5.9x a 3-run recording (2 degrees of freedom), has its whole interval past the
+    # limit; the family-wise quantile of 5 figures at 2 df (t = 15.8) once passed it
+    d = judge([0.8718], 0.1475, 0.5, "lower", Noise(0.1356, 2), baseline_runs=3, rule=Rule(1, 1, 5))
+    assert (d.verdict, d.step) == ("regressed", "done"), d
+    assert "whole 95% interval past the limit" in d.why
+
+
 def test_hand_entered_target_uses_the_runs_own_spread():
     # the seeds' 73.5 tok/s within 10%, no recorded noise: 17.7 tok/s is a regression
     d = judge([17.5, 17.7, 17.9], 73.5, 0.10, baseline_runs=None)
