@@ -32,6 +32,7 @@ from perfgate.stats import (
     derived_tolerance,
     estimate,
     limits,
+    runs_past,
 )
 
 SCHEMA_VERSION = 2
@@ -247,7 +248,8 @@ def compare(
         return check, False
     exp = expectation
     host = exp.host_spread(another_host)
-    cmp = comparison(est, exp.value, worst, better, exp.direction, exp.runs, *host)
+    past = runs_past(values, worst, exp.direction)
+    cmp = comparison(est, exp.value, worst, better, exp.direction, exp.runs, *host, past)
     decision = decide(cmp, est.n, rule)
     check = Check(
         **base,

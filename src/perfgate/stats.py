@@ -281,6 +281,21 @@ class Comparison:
     df: float
     host: float = 0.0  # the part of the error from the spread between hosts: more runs
     # of this host cannot shrink it
+    past: int = 0  # runs past the limit, of ``runs``
+    runs: int = 0
+
+
+def runs_past(samples: Sequence[float], worst: float, direction: Direction) -> int:
+    """How many runs are past the limit ``worst``."""
+    if direction == "higher":
+        return sum(v < worst for v in samples)
+    return sum(v > worst for v in samples)
+
+
+def sign_tail(n: int, k: int) -> float:
+    """P(at least k of n runs past the limit) were the figure's median at the limit: the
+    sign test's p-value (Binomial(n, 1/2))."""
+    return sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n
 
 
 def comparison(
@@ -292,6 +307,7 @@ def comparison(
     baseline_runs: int | None,
     host_sigma: float = 0.0,
     host_df: float = math.inf,
+    past: int = 0,
 ) -> Comparison:
     """Drift of an estimate from the baseline value, with its standard error.
 
@@ -300,6 +316,7 @@ def comparison(
     the figure between hosts (sd of ln), for a baseline recorded on another host: the
     baseline's value is then one host's draw, and that spread adds to the error; the
     degrees of freedom of the sum are Welch-Satterthwaite's (:func:`combined_df`).
+    ``past``: how many of the estimate's runs are past the limit (:func:`runs_past`).
     """
     sign = 1.0 if direction == "higher" else -1.0
 
@@ -316,7 +333,14 @@ def comparison(
         error = math.sqrt(runs_part + host_sigma**2)
         df = combined_df(runs_part, est.noise.df, host_sigma**2, host_df)
     return Comparison(
-        log_ratio(est.median), log_ratio(worst), log_ratio(better), error, df, host_sigma
+        log_ratio(est.median),
+        log_ratio(worst),
+        log_ratio(better),
+        error,
+        df,
+        host_sigma,
+        past,
+        est.n,
     )
 
 
@@ -368,9 +392,12 @@ def decide(cmp: Comparison, n: int, rule: Rule) -> Decision:
     """The verdict of a comparison after n runs, or a request for more runs.
 
     - REGRESSED when the drift's whole interval (:data:`CONFIDENCE`, two-sided) lies past
-      the limit, whatever the family: the limit is the limit. Or else when both past the
-      limit (clearly, or by the point estimate once no more runs are allowed) and worse
-      than the baseline at the family-wise rate.
+      the limit, whatever the family: the limit is the limit. Or when so many of the runs
+      are past the limit that a median at the limit would rarely give as many (the sign
+      test at ``rule.near``): no spread enters it, so runs further past the limit can
+      never turn it into a pass. Or else when both past the limit (clearly, or by the
+      point estimate once no more runs are allowed) and worse than the baseline at the
+      family-wise rate.
     - More runs are asked for while the figure is near its limit, in either direction,
       and only while they can narrow its error: once the runs' part of the error is no
       larger than the spread between hosts (``cmp.host``), the verdict is final.
@@ -378,6 +405,9 @@ def decide(cmp: Comparison, n: int, rule: Rule) -> Decision:
       estimate can be judged, and the reason says so.
     """
     d, limit = cmp.drift, cmp.limit
+    if cmp.past * 2 > cmp.runs and sign_tail(cmp.runs, cmp.past) <= 1 - rule.near:
+        why = f"{cmp.past} of {cmp.runs} runs past the limit (sign test)"
+        return Decision("regressed", "done", why)
     if cmp.error is None:
         if n < rule.min_runs:
             return Decision("pass", "more", "fewer runs than the minimum")

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from perfgate.baseline import Expectation, compare
+from perfgate.baseline import Expectation, compare, load_baseline
 from perfgate.stats import (
     CENSOR,
     Decision,
@@ -229,3 +229,28 @@ def test_a_median_of_0_has_no_ratio_interval_and_still_fails():
     assert "3 runs beyond 0.225 taken as 0.225" in zeros.interval
     verdict = judge([0.0, 0.0, 0.0, 0.3], 1.0, 0.1, "higher", None)
     assert verdict.verdict == "regressed", verdict
+
+
+@pytest.mark.parametrize(
+    ("key", "most", "worst"), [("sweep.c4.ttft_s", 1.3, 4.9), ("sweep.c4.agg_tok_s", 0.70, 0.19)]
+)
+def test_runs_further_past_the_limit_never_buy_a_pass(key, most, worst):
+    """Issue 27's case, against the shipped avx512 baseline (limit 1.25x; 12 figures):
+    8 runs at 1.3x regress, and so do the same runs with 3 of them at 4.9x (their spread
+    once widened the interval into a pass, with every run past the limit)."""
+    from perfgate.gate import GatePolicy
+    from tests.helpers import ROOT
+
+    baseline = load_baseline(
+        ROOT / "baselines" / "llamacpp-gemma3-270m" / "cpu-2x-amd-epyc-avx512.json"
+    )
+    assert baseline is not None
+    exp = baseline.metrics[key]
+    rule = GatePolicy().rule(baseline, 8)
+    jitter = [0.985, 0.99, 0.995, 1.0, 1.0, 1.005, 1.01, 1.015]
+    at = [exp.value * most * j for j in jitter]
+    worse = at[:5] + [exp.value * worst * j for j in jitter[5:]]
+    for runs in (at, worse):
+        check = compare(key, runs, exp, rule)[0]
+        assert check.verdict == "regressed", (runs, check)
+    assert "8 of 8 runs past the limit" in compare(key, worse, exp, rule)[0].why
