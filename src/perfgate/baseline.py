@@ -12,6 +12,7 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -198,6 +199,21 @@ class Check(BaseModel):
         if self.verdict == "creep":
             return f"{head} → CREEP: within its tolerance this run, but {self.why}"
         return f"{head} → {self.verdict.upper()} ({self.why})"
+
+
+def floor_slack(checks: Sequence[Check]) -> tuple[float, str] | None:
+    """For a run gated by floors only (the ``any`` tier): how many times slower the server
+    could be before its nearest floor fails, and that figure's key; None when no speed or
+    time figure passed against a limit. Ratios (scaling) do not move with the speed."""
+    slack = []
+    for c in checks:
+        if c.failed or c.limit is None or c.measured is None or c.unit == "x":
+            continue
+        if c.limit <= 0 or c.measured <= 0:
+            continue
+        factor = c.measured / c.limit if c.direction == "higher" else c.limit / c.measured
+        slack.append((factor, c.key))
+    return min(slack) if slack else None
 
 
 def missing(key: str, why: str, expectation: Expectation | None) -> Check:

@@ -18,6 +18,7 @@ from perfgate.errors import PerfgateError
 from perfgate.live import Mode, ProgressView
 from perfgate.profile import DEFAULT_PROFILE, load_profile
 from perfgate.session import GateOptions, PerfgateSession
+from perfgate.summary import floors_only_line
 
 SESSION_KEY = pytest.StashKey["PerfgateSession | None"]()
 SUMMARY_KEY = pytest.StashKey[list[str]]()
@@ -412,7 +413,10 @@ def _summary_lines(perf: PerfgateSession) -> list[tuple[str, str]]:
     complete = perf.run.status == "passed" and not missing and not not_run
     passed = bool(judged) and complete and not any(c.failed for c in checks)
     past = [c for c in checks if not c.failed and c.past_limit]
-    if passed and past:
+    if passed and perf.baseline_tier == "any":
+        out.append(("yellow", floors_only_line(len(judged), checks, perf.record_command())))
+        out += [("yellow", f"  {check.message()}") for check in past]
+    elif passed and past:
         out.append(
             (
                 "yellow",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from perfgate.baseline import Check
+from perfgate.baseline import Check, floor_slack
 from perfgate.figures import BY_NAME, SEARCH_FIGURES, figure_key, parse_key
 from perfgate.metrics import Measurement
 from perfgate.report import RunRecord
@@ -47,11 +47,31 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def floors_only_line(judged: int, checks: Sequence[Check], record_command: str) -> str:
+    """A run that passed against floors only (the ``any`` tier) says so, and how much
+    slower the server could be unseen: it is not an exact comparison."""
+    slack = floor_slack(checks)
+    unseen = (
+        f"; a server up to {slack[0]:.1f}x slower would still pass ({slack[1]} is nearest "
+        "its floor)"
+        if slack
+        else ""
+    )
+    return (
+        f"all {judged} floors met (any baseline: floors only, not a comparison with this "
+        f"hardware's figures){unseen}. Record an exact baseline with: {record_command}"
+    )
+
+
 def _headline(run: RunRecord) -> str:
     name = run.profile.get("name", "?")
     checks = run.checks
     failed = [c for c in checks if c.failed]
     judged = [c for c in checks if c.verdict not in ("missing", "no-baseline")]
+    if run.status == "passed" and not failed and run.baseline and run.baseline.tier == "any":
+        slack = floor_slack(checks)
+        unseen = f"; up to {slack[0]:.1f}x slower would pass" if slack else ""
+        return f"### ⚠️ perfgate `{name}`: passed against floors only: {len(judged)} figures{unseen}"
     if run.status == "passed" and not failed:
         mark = "✅"
         what = (
@@ -160,6 +180,9 @@ def markdown_summary(
     are listed by path; ``artifact_url`` links where CI uploaded them."""
     failed = [c for c in run.checks if c.failed]
     out = [_headline(run), "", _provenance(run), ""]
+    if run.baseline and run.baseline.tier == "any":
+        out += [f"> {_cell(note)}" for note in run.notes if note.startswith("no exact baseline")]
+        out.append("")
     if failed:
         out += ["**Failed figures**", "", *_figure_table(failed, why=True), ""]
     aborted = [m.aborted for m in run.measurements.values() if m.aborted]

@@ -108,3 +108,46 @@ def test_facts_not_known_for_the_run_are_listed_once_and_not_as_differences():
     assert (
         text.count("Facts not known for this run (not reported): `threads`, `threads_batch`") == 1
     )
+
+
+def test_a_run_gated_by_floors_only_says_so_and_how_much_slower_would_pass():
+    """Issue 27: the real passing run judged against the default profile's
+    hardware-independent floors (any.json) passes, and so would the same server 70%
+    slower; neither says ✅ or "within tolerance", and each says how much slower its server
+    could be unseen."""
+    from perfgate.baseline import load_baseline
+    from perfgate.gate import GatePolicy
+    from perfgate.report import BaselineRef
+    from perfgate.summary import floors_only_line
+
+    floors = load_baseline(ROOT / "baselines" / "llamacpp-gemma3-270m" / "any.json")
+    assert floors is not None
+    run = load_run(PASSED)
+    planned = {name: sorted({lv.concurrency for lv in m.levels})
+               for name, m in run.measurements.items()}  # fmt: skip
+    healthy = GatePolicy().judge(run.measurements, floors, planned).checks
+    assert healthy and not any(c.failed for c in healthy), healthy
+    slower = {"higher": 0.3, "lower": 1 / 0.3}  # 70% slower; batching (scaling) unchanged
+    slowed = [
+        c.model_copy(update={"measured": c.measured * slower[c.direction]})
+        if c.unit != "x" and c.measured is not None else c
+        for c in healthy
+    ]  # fmt: skip
+    run.baseline = BaselineRef(
+        hardware_key="cpu-2x-amd-epyc-avx512", tier="any", path="any.json", scope="floors"
+    )
+    run.notes = ["no exact baseline for hardware key 'x': gated by ... Record: CMD"]
+    headlines, lines = [], []
+    for checks in (healthy, slowed):
+        run.checks = checks
+        text = markdown_summary(run)
+        headlines.append(text.splitlines()[0])
+        assert "> no exact baseline for hardware key 'x'" in text  # with the record command
+        lines.append(floors_only_line(len(checks), checks, "CMD"))
+    for headline, line in zip(headlines, lines, strict=True):
+        assert headline.startswith("### ⚠️ perfgate `llamacpp-gemma3-270m`: passed against floors")
+        assert "within tolerance" not in headline and "✅" not in headline
+        assert "floors only" in line and line.endswith("Record an exact baseline with: CMD")
+    unseen = [float(h.split("up to ")[1].split("x")[0]) for h in headlines]
+    assert unseen[0] > 3.3 * unseen[1] * 0.95 and unseen[1] > 1.0, headlines
+    assert f"up to {unseen[0]:.1f}x slower would still pass" in lines[0]
