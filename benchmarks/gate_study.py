@@ -2,7 +2,7 @@
 
 For each setting (run-to-run noise CV, regression size on one figure) it repeats:
 
-1. record a baseline as ``--update-baselines`` does: ``record_repeats`` runs of every
+1. record a baseline as ``--perf-update-baselines`` does: ``record_repeats`` runs of every
    level, tolerances derived from the measured noise (:func:`perfgate.baseline.build_baseline`);
 2. run the gate as ``pytest -m perf`` does: ``repeats`` runs of each level, more while a
    figure is near its limit (:meth:`perfgate.gate.GatePolicy.after_level`), then judge

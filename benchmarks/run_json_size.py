@@ -8,7 +8,7 @@ differ:
 
 - before: every token time an absolute float, the whole file indented (schema 1);
 - after: token times as integer microsecond gaps, arrays of numbers on one line
-  (schema 2), and the same gzip-compressed as ``--update-baselines`` keeps it.
+  (schema 2), and the same gzip-compressed as ``--perf-update-baselines`` keeps it.
 
     python benchmarks/run_json_size.py
 """

@@ -210,7 +210,7 @@ def interrupt_perf_run(profile: Path, output: Path) -> tuple[int, str]:
         "suites/perf",
         "-m",
         "perf",
-        f"--profile={profile}",
+        f"--perf-profile={profile}",
         floor_baselines(profile),
         f"--perf-output={output}",
         when="sweep C=1 run 1: 50 requests",

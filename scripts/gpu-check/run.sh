@@ -68,9 +68,9 @@ TOML
     # perfgate from the tree, not installed (the device): load its pytest plugin by name
     "$py" -c 'import importlib.metadata as m; m.distribution("perfgate")' 2>/dev/null \
         || common+=(-p perfgate.plugin)
-    timeout 210 "$py" -m pytest "${common[@]}" --profile="$work/gpu-fa-on.toml" \
-        --update-baselines --perf-output="$OUT/fa-on" 2>&1 | tee "$OUT/fa-on.log" | tail -40
-    timeout 150 "$py" -m pytest "${common[@]}" --profile="$work/gpu-fa-off.toml" \
+    timeout 210 "$py" -m pytest "${common[@]}" --perf-profile="$work/gpu-fa-on.toml" \
+        --perf-update-baselines --perf-output="$OUT/fa-on" 2>&1 | tee "$OUT/fa-on.log" | tail -40
+    timeout 150 "$py" -m pytest "${common[@]}" --perf-profile="$work/gpu-fa-off.toml" \
         --perf-output="$OUT/fa-off" 2>&1 | tee "$OUT/fa-off.log" | tail -40
 }
 

@@ -306,7 +306,7 @@ def load_baseline(path: Path) -> Baseline | None:
     except ValidationError as exc:
         raise BaselineError(
             f"baseline {path} is invalid: {field_errors(exc)}. Fix it, or re-record it with "
-            "`pytest -m perf --update-baselines`."
+            "`pytest -m perf --perf-update-baselines`."
         ) from exc
 
 

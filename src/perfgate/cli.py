@@ -39,7 +39,7 @@ def _baseline_show(args: argparse.Namespace) -> int:
     if not baselines:
         print(
             f"no baseline for {args.profile} under {args.baselines_dir}/; record one with "
-            f"`pytest -m perf --profile {args.profile} --update-baselines`"
+            f"`pytest -m perf --perf-profile {args.profile} --perf-update-baselines`"
         )
         return 1
     for hardware, baseline in baselines.items():
@@ -81,7 +81,7 @@ def _compare(args: argparse.Namespace) -> int:
         max_runs=repeats + int(gate.get("max_extra_repeats", 7)),
         false_failure_rate=float(gate.get("false_failure_rate", 0.01)),
     )
-    # OLD becomes the baseline exactly as --update-baselines would record it
+    # OLD becomes the baseline exactly as --perf-update-baselines would record it
     recorded = build_baseline(
         "compare", "", run_values(old_m), None, {}, policy.rule(None), args.tolerance
     )
@@ -163,7 +163,7 @@ def _history(args: argparse.Namespace) -> int:
     if not entries:
         print(
             f"no history for {args.profile}: nothing in {path}. Each finished "
-            f"`pytest -m perf --profile {args.profile}` run appends its figures there "
+            f"`pytest -m perf --perf-profile {args.profile}` run appends its figures there "
             "(keep the directory between CI jobs: cache or commit it)."
         )
         return 1
@@ -274,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="relative tolerance for every figure (default: derived from OLD's run-to-run "
-        "noise, as --update-baselines derives it; OLD needs at least 2 runs a level)",
+        "noise, as --perf-update-baselines derives it; OLD needs at least 2 runs a level)",
     )
     c.set_defaults(func=_compare)
     r = sub.add_parser("report", help="print the tables of a run JSON, recomputed from its records")

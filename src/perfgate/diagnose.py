@@ -167,7 +167,7 @@ class DiagnosisRecord(BaseModel):
         if not self.changes and not self.baseline_has_facts:
             out.append(
                 "the baseline has no recorded facts to compare with; record it again "
-                "(--update-baselines) to get a configuration diff"
+                "(--perf-update-baselines) to get a configuration diff"
             )
         if self.log_lines:
             out.append(f"server log lines matching {self.grep}:")

@@ -2,7 +2,7 @@
 
 Each profile's gate runs as a Ray task on a node that offers what the profile's
 ``[fleet]`` table asks for (GPUs, CPUs, custom resources naming the hardware): there the
-task runs ``pytest -m perf --profile ...`` in the project checkout (the same path on
+task runs ``pytest -m perf --perf-profile ...`` in the project checkout (the same path on
 every node), as a user would (launch, correctness, measure, judge), and returns its exit
 code, its log and its run JSON. The caller writes them under the output directory, one
 summary across profiles, and fails unless every profile passed. A node that dies mid-run
@@ -154,7 +154,7 @@ def gate_on_node(root: str, profile: str, pytest_args: Sequence[str]) -> dict[st
             "pytest",
             "-m",
             "perf",
-            f"--profile={profile}",
+            f"--perf-profile={profile}",
             f"--perf-output={out}",
             "--perf-no-plots",
             *pytest_args,
@@ -222,7 +222,7 @@ def run_fleet(
     timeout_s: float | None = None,
     progress: Callable[[str], None] = print,
 ) -> FleetResult:
-    """Gate every profile (given as the reference users pass to ``--profile``, and the
+    """Gate every profile (given as the reference users pass to ``--perf-profile``, and the
     profile it loads) on the Ray cluster at ``address``; writes each gate's log and run
     JSON under ``output_dir/<profile>/``, and ``fleet.json`` and ``fleet.md`` there."""
     ray = import_ray()

@@ -210,7 +210,7 @@ def apply_creep_rule(
         why = (
             f"worse than the baseline by more than {margin:.1%} in {runs} runs in a row "
             f"({shown}): a slow creep; if it is accepted, re-record the baseline "
-            "(--update-baselines)"
+            "(--perf-update-baselines)"
         )
         out.append(check.model_copy(update={"verdict": "creep", "why": why}))
     return out

@@ -11,6 +11,7 @@ import signal
 from collections.abc import Generator
 from pathlib import Path
 from types import FrameType
+from typing import Any, Literal
 
 import pytest
 
@@ -27,28 +28,28 @@ SUMMARY_KEY = pytest.StashKey[list[str]]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("perfgate", "perfgate: performance regression gate")
     group.addoption(
-        "--profile",
+        "--perf-profile",
         dest="perfgate_profile",
         default=None,
         metavar="NAME",
         help=f"profile name in profiles/ or a TOML path (default {DEFAULT_PROFILE})",
     )
     group.addoption(
-        "--base-url",
+        "--perf-base-url",
         dest="perfgate_base_url",
         default=None,
         metavar="URL",
         help="attach to a running server instead of launching the profile's",
     )
     group.addoption(
-        "--server-log",
+        "--perf-server-log",
         dest="perfgate_server_log",
         default=None,
         metavar="PATH",
-        help="with --base-url: the attached server's log file, read for diagnosis",
+        help="with --perf-base-url: the attached server's log file, read for diagnosis",
     )
     group.addoption(
-        "--update-baselines",
+        "--perf-update-baselines",
         dest="perfgate_update",
         action="store_true",
         help="write baselines/<profile>/<hardware>.json from this run (if it passed)",
@@ -83,14 +84,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=float,
         default=None,
         metavar="F",
-        help="with --update-baselines: every figure's relative tolerance (default: keep)",
+        help="with --perf-update-baselines: every figure's relative tolerance (default: keep)",
     )
     group.addoption(
         "--perf-hardware",
         dest="perfgate_hardware",
         default=None,
         metavar="KEY",
-        help="the serving host's hardware key, for a remote server attached with --base-url "
+        help="the serving host's hardware key, for a remote server attached with --perf-base-url "
         "(default: detected on the serving host; for a remote one, the profile's label)",
     )
     group.addoption(
@@ -106,7 +107,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="perfgate_accept_golden",
         action="store_true",
         default=False,
-        help="with --update-baselines: record golden greedy outputs that changed (their diff "
+        help="with --perf-update-baselines: record golden greedy outputs that changed (their diff "
         "is printed); without it, changed answers fail the run and nothing is recorded",
     )
     group.addoption(
@@ -142,6 +143,64 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("perfgate_profile", "default profile", default=DEFAULT_PROFILE)
     parser.addini("perfgate_profiles_dir", "profiles directory", default="profiles")
     parser.addini("perfgate_baselines_dir", "baselines directory", default="baselines")
+    for name, (help_text, kind) in INI_SETTINGS.items():
+        parser.addini(name, help_text, type=kind, default=False if kind == "bool" else None)
+
+
+# The options that describe a project's setup, settable in its pytest configuration too
+# (the command line wins). One-off actions (recording, tolerances) are command-line only.
+INI_SETTINGS: dict[str, tuple[str, Literal["string", "bool"]]] = {
+    "perfgate_base_url": ("attach to this running server (as --perf-base-url)", "string"),
+    "perfgate_server_log": ("the attached server's log file (as --perf-server-log)", "string"),
+    "perfgate_hardware": ("the serving host's hardware key (as --perf-hardware)", "string"),
+    "perfgate_output": ("where run JSON and server logs go (as --perf-output)", "string"),
+    "perfgate_summary": ("append the Markdown summary here (as --perf-summary)", "string"),
+    "perfgate_history": ("the history directory (as --perf-history)", "string"),
+    "perfgate_no_plots": ("write no PNG plots (as --perf-no-plots)", "bool"),
+}
+_INI_PATHS = ("perfgate_server_log", "perfgate_output", "perfgate_summary", "perfgate_history")
+
+# perfgate's options before they all took the --perf- prefix (pytest-base-url and
+# pytest-profiling own --base-url and --profile)
+RENAMED_OPTIONS = {
+    "--profile": "--perf-profile",
+    "--base-url": "--perf-base-url",
+    "--server-log": "--perf-server-log",
+    "--update-baselines": "--perf-update-baselines",
+}
+
+
+def _setting(config: pytest.Config, name: str) -> Any:
+    """An option's value from the command line, else from the project's configuration
+    (paths there are relative to the configuration file's directory)."""
+    given = config.getoption(name)
+    if given not in (None, False):
+        return given
+    if name not in INI_SETTINGS:
+        return given
+    value = config.getini(name)
+    if name in _INI_PATHS and value:
+        return str(config.rootpath / value)
+    return value or given
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> Generator[None, None, None]:
+    """An option of perfgate's old name that no other plugin or conftest owns gets a usage
+    error that names the new one, instead of pytest's bare 'unrecognized arguments'."""
+    result = yield  # the initial conftests are loaded: their options are known now
+    _, unknown = parser.parse_known_and_unknown_args(args)
+    for arg in unknown:
+        name = arg.split("=", 1)[0]
+        if name in RENAMED_OPTIONS:
+            raise pytest.UsageError(
+                f"perfgate: {name} is now {RENAMED_OPTIONS[name]} (every perfgate option "
+                f"starts with --perf-, so none clashes with another plugin's); write "
+                f"{RENAMED_OPTIONS[name]}{arg[len(name) :]}"
+            )
+    return result
 
 
 def _progress(config: pytest.Config) -> ProgressView:
@@ -189,18 +248,20 @@ def _gate_options(config: pytest.Config) -> GateOptions:
     if tolerance is not None and not 0 <= tolerance < 10:
         raise pytest.UsageError("perfgate: --perf-tolerance must be in [0, 10), e.g. 0.1")
     if tolerance is not None and not config.getoption("perfgate_update"):
-        raise pytest.UsageError("perfgate: --perf-tolerance only applies with --update-baselines")
+        raise pytest.UsageError(
+            "perfgate: --perf-tolerance only applies with --perf-update-baselines"
+        )
     accept_golden = config.getoption("perfgate_accept_golden")
     if accept_golden and not config.getoption("perfgate_update"):
         raise pytest.UsageError(
-            "perfgate: --perf-accept-golden only applies with --update-baselines"
+            "perfgate: --perf-accept-golden only applies with --perf-update-baselines"
         )
     allow = config.getoption("perfgate_allow_no_baseline")
     return GateOptions(
         repeats=repeats,
         abort_below=abort,
         tolerance=tolerance,
-        hardware=config.getoption("perfgate_hardware"),
+        hardware=_setting(config, "perfgate_hardware"),
         allow_no_baseline=bool(
             config.getini("perfgate_allow_no_baseline") if allow is None else allow
         ),
@@ -209,16 +270,16 @@ def _gate_options(config: pytest.Config) -> GateOptions:
 
 
 def _server_log(config: pytest.Config) -> Path | None:
-    path = config.getoption("perfgate_server_log")
+    path = _setting(config, "perfgate_server_log")
     if path is None:
         return None
-    if not config.getoption("perfgate_base_url"):
+    if not _setting(config, "perfgate_base_url"):
         raise pytest.UsageError(
-            "perfgate: --server-log only applies with --base-url (perfgate reads the logs "
-            "of servers it starts itself)"
+            "perfgate: --perf-server-log only applies with --perf-base-url (perfgate reads "
+            "the logs of servers it starts itself)"
         )
     if not Path(path).is_file():
-        raise pytest.UsageError(f"perfgate: --server-log {path}: no such file")
+        raise pytest.UsageError(f"perfgate: --perf-server-log {path}: no such file")
     return Path(path)
 
 
@@ -227,7 +288,13 @@ def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 # perfgate's options that take a path, as written on the command line
-PATH_OPTIONS = ("--profile", "--server-log", "--perf-output", "--perf-summary", "--perf-history")
+PATH_OPTIONS = (
+    "--perf-profile",
+    "--perf-server-log",
+    "--perf-output",
+    "--perf-summary",
+    "--perf-history",
+)
 
 
 def _refuse_a_rootdir_taken_from_an_option(config: pytest.Config) -> None:
@@ -272,7 +339,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if chosen is None and not profiles_dir.is_dir():
         config.stash[SESSION_KEY] = None  # not a perfgate project: stay out of the way
         return
-    output = config.getoption("perfgate_output") or str(root / ".perfgate")
+    output = _setting(config, "perfgate_output") or str(root / ".perfgate")
     try:
         profile = load_profile(chosen or config.getini("perfgate_profile"), profiles_dir)
         session = PerfgateSession(
@@ -280,12 +347,12 @@ def pytest_configure(config: pytest.Config) -> None:
             root=root,
             baselines_dir=root / config.getini("perfgate_baselines_dir"),
             output_dir=Path(output),
-            base_url=config.getoption("perfgate_base_url"),
+            base_url=_setting(config, "perfgate_base_url"),
             server_log=_server_log(config),
             update_baselines=config.getoption("perfgate_update"),
             options=_gate_options(config),
             progress=_progress(config),
-            history_dir=Path(h) if (h := config.getoption("perfgate_history")) else None,
+            history_dir=Path(h) if (h := _setting(config, "perfgate_history")) else None,
         )
     except PerfgateError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from exc
@@ -300,7 +367,7 @@ def get_session(config: pytest.Config) -> PerfgateSession:
     if session is None:
         pytest.fail(
             "perfgate is not configured here: no profiles/ directory under the "
-            "rootdir; pass --profile path/to/profile.toml",
+            "rootdir; pass --perf-profile path/to/profile.toml",
             pytrace=False,
         )
     return session
@@ -365,13 +432,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # asked to record; wrote nothing
     lines.append(f"perfgate: run JSON written to {perf.run_path}")
     lines.extend(perf.append_history())
-    summaries = [Path(p) for p in (session.config.getoption("perfgate_summary"),) if p]
+    summaries = [Path(p) for p in (_setting(session.config, "perfgate_summary"),) if p]
     if github := os.environ.get("GITHUB_STEP_SUMMARY"):
         summaries.append(Path(github))
     lines.extend(
         perf.write_reports(
             summary_paths=summaries,
-            plots=not session.config.getoption("perfgate_no_plots"),
+            plots=not _setting(session.config, "perfgate_no_plots"),
             artifact_url=_github_run_url(),
         )
     )
@@ -448,7 +515,9 @@ def _summary_lines(perf: PerfgateSession) -> list[tuple[str, str]]:
         )
     for check in checks if perf.baseline_tier == "exact" else []:
         if check.verdict == "improved":
-            out.append(("green", f"  improved: {check.message()} (consider --update-baselines)"))
+            out.append(
+                ("green", f"  improved: {check.message()} (consider --perf-update-baselines)")
+            )
     out += [("yellow", f"warning: {message}") for message in perf.warnings]
     if perf.correctness_failures and perf.run.measurements:
         out.append(

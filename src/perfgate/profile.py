@@ -707,7 +707,7 @@ def load_profile(name_or_path: str, profiles_dir: Path) -> Profile:
         known = ", ".join(available_profiles(profiles_dir)) or "none"
         raise ProfileError(
             f"unknown profile {name_or_path!r}: no {path}. Known profiles: {known}. "
-            "Pass --profile NAME or --profile path/to/profile.toml."
+            "Pass --perf-profile NAME or --perf-profile path/to/profile.toml."
         )
     profile = load_profile_file(path)
     if profile.name != path.stem:

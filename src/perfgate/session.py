@@ -148,7 +148,7 @@ class PerfgateSession:
         self.baseline_path = baseline_path(baselines_dir, profile.name, ANY_HARDWARE)
         self.golden: GoldenOutputs | None = None
         self.golden_outputs: GoldenOutputs | None = None  # produced by this run
-        self.recording_refused = False  # --update-baselines wrote nothing: the build fails
+        self.recording_refused = False  # --perf-update-baselines wrote nothing: the build fails
         self.owner = f"perfgate-{uuid.uuid4().hex[:12]}"
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
         self.run_path = output_dir / "runs" / f"{profile.name}-{stamp}-{self.owner[-6:]}.json"
@@ -241,9 +241,11 @@ class PerfgateSession:
 
     def record_command(self) -> str:
         """The command that records a baseline for this profile here."""
-        extra = f" --base-url {self.base_url}" if self.base_url else ""
+        extra = f" --perf-base-url {self.base_url}" if self.base_url else ""
         hw = f" --perf-hardware {self.hardware_key}" if self.options.hardware else ""
-        return f"pytest -m perf --profile {self.profile.name}{extra}{hw} --update-baselines"
+        return (
+            f"pytest -m perf --perf-profile {self.profile.name}{extra}{hw} --perf-update-baselines"
+        )
 
     def resolve_baseline(self, hardware: dict[str, object]) -> None:
         """Pick the baseline for the serving host's hardware: the exact key, else the
@@ -439,7 +441,7 @@ class PerfgateSession:
             return
         if self.base_url:
             self._twin_result = (
-                f"the server under test is attached (--base-url), so perfgate cannot stop it "
+                f"the server under test is attached (--perf-base-url), so perfgate cannot stop it "
                 f"to run the twin {name} alone; check losslessness with a profile perfgate "
                 "launches"
             )
@@ -915,7 +917,7 @@ class PerfgateSession:
             and self.run.status == "passed"
             and not self.correctness_failures
         )
-        if problems and golden_only:  # e.g. `pytest -m correctness --update-baselines`
+        if problems and golden_only:  # e.g. `pytest -m correctness --perf-update-baselines`
             return [
                 "perfgate: no performance measured in this run: baseline figures unchanged",
                 *self._record_golden(),

@@ -1,6 +1,6 @@
 """Golden greedy outputs and lossless speculative decoding.
 
-``--update-baselines`` records the greedy outputs of a fixed prompt set next to the
+``--perf-update-baselines`` records the greedy outputs of a fixed prompt set next to the
 baseline; later runs report the exact-match rate and where each output first
 diverges. This catches "same speed, different answers" after an engine upgrade. A
 divergence where the output's own log-probs show a near-tie (the reference's token
@@ -52,7 +52,7 @@ def test_golden_greedy_outputs(llm, perfgate_session):
             return  # the first recording: written at the end of the run
         pytest.skip(
             "no golden outputs recorded yet for this profile and hardware: "
-            "record them with `pytest -m perf --update-baselines`"
+            "record them with `pytest -m perf --perf-update-baselines`"
         )
     spec = session.profile.correctness
     diffs = compare_golden(golden, greedy.outputs, greedy.tokens, spec.golden_tie_margin)
@@ -61,7 +61,7 @@ def test_golden_greedy_outputs(llm, perfgate_session):
         return  # the changed answers are intended: recorded, their diff printed
     hint = (
         "\nrecording refused: if the new answers are intended, record them with "
-        "--update-baselines --perf-accept-golden"
+        "--perf-update-baselines --perf-accept-golden"
         if session.update_baselines
         else ""
     )

@@ -21,9 +21,9 @@ def test_code_check_refuses_without_isolation_unless_the_profile_allows_the_guar
         name="guarded",
     )
     check = ["suites/correctness/test_answers.py", "-m", "correctness", "-k", "code"]
-    url = f"--base-url={shared_server.base_url}"
+    url = f"--perf-base-url={shared_server.base_url}"
     refused = run_pytest(*check, url, f"--perf-output={tmp_path / 'a'}")
-    guarded = run_pytest(*check, f"--profile={guard}", url, f"--perf-output={tmp_path / 'b'}")
+    guarded = run_pytest(*check, f"--perf-profile={guard}", url, f"--perf-output={tmp_path / 'b'}")
     out = refused.stdout + refused.stderr
     assert refused.returncode == 1, out
     assert "generated code was not run: no OS isolation here" in out

@@ -30,11 +30,11 @@ def last_run(output: Path) -> dict:
 
 
 def perfgate_run(marker: str, profile: str | Path, output: Path, *extra: str) -> tuple[int, str]:
-    """`pytest -m MARKER --profile=...` as a user runs it: exit code and output."""
+    """`pytest -m MARKER --perf-profile=...` as a user runs it: exit code and output."""
     result = run_pytest(
         "-m",
         marker,
-        f"--profile={profile}",
+        f"--perf-profile={profile}",
         f"--perf-output={output}",
         "-p",
         "no:cacheprovider",
@@ -176,7 +176,7 @@ def test_speculative_vllm_streams_several_tokens_per_chunk_and_refuses_logit_bia
     )
     try:
         backend = owner.start_backend()
-        attach = (f"--base-url={backend.base_url}", f"--server-log={backend.log_path}")
+        attach = (f"--perf-base-url={backend.base_url}", f"--perf-server-log={backend.log_path}")
         code, out = both_suites(name, tmp_path / "both", *attach)
         eos_code, eos_out = perfgate_run(
             "correctness", base, tmp_path / "eos", "-k", "end_of_sequence or length", *attach

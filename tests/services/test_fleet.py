@@ -138,7 +138,7 @@ def _gate_of(profile: Path) -> int | None:
             args = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue
-        if f"--profile={profile}".encode() in args and b"pytest" in args:
+        if f"--perf-profile={profile}".encode() in args and b"pytest" in args:
             return int(cmdline.parent.name)
     return None
 

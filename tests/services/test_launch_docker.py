@@ -59,7 +59,7 @@ def test_perf_run_in_a_container_as_a_user_runs_it(podman, tmp_path):
         "suites/perf",
         "-m",
         "perf",
-        f"--profile={path}",
+        f"--perf-profile={path}",
         floor_baselines(path),
         f"--perf-output={tmp_path / 'out'}",
     )

@@ -46,7 +46,7 @@ def test_perf_run_on_a_remote_host_as_a_user_runs_it(servers_before, sshd, tmp_p
         "suites/perf",
         "-m",
         "perf",
-        f"--profile={path}",
+        f"--perf-profile={path}",
         floor_baselines(path),
         f"--perf-output={tmp_path / 'out'}",
     )
@@ -147,7 +147,7 @@ def test_gpu_telemetry_is_read_on_the_remote_host(servers_before, sshd, tmp_path
         "perf",
         "-k",
         "sweep",
-        f"--profile={path}",
+        f"--perf-profile={path}",
         floor_baselines(path),
         f"--perf-output={tmp_path / 'out'}",
     )

@@ -119,7 +119,7 @@ def test_a_perf_run_sends_its_load_from_ray_actors(ray_here, tmp_path):
         "perf",
         "-k",
         "sweep",
-        f"--profile={profile}",
+        f"--perf-profile={profile}",
         floor_baselines(profile),
         f"--perf-output={tmp_path / 'out'}",
     )

@@ -1,4 +1,4 @@
-"""The gate, as users run it (`pytest -m perf` in a subprocess, attached with --base-url),
+"""The gate, as users run it (`pytest -m perf` in a subprocess, attached with --perf-base-url),
 on the simulator, whose timing is exact: the fine-grained claims that no shared host's
 real engine can show reliably.
 
@@ -59,8 +59,8 @@ def gate(profile: Path, baselines: Path, sim: SimProcess, out: Path, *extra: str
         "suites/perf",
         "-m",
         "perf",
-        f"--profile={profile}",
-        f"--base-url={sim.base_url}",
+        f"--perf-profile={profile}",
+        f"--perf-base-url={sim.base_url}",
         f"--override-ini=perfgate_baselines_dir={baselines}",
         f"--perf-output={out}",
         "--perf-no-plots",  # (matplotlib's import and drawing: seconds a run, beside the point)
@@ -80,7 +80,7 @@ def recorded(tmp_path_factory):
     profile.write_text(PROFILE)
     baselines = directory / "baselines"
     with SimProcess(HEALTHY) as sim:
-        code, out, _ = gate(profile, baselines, sim, directory / "rec", "--update-baselines")
+        code, out, _ = gate(profile, baselines, sim, directory / "rec", "--perf-update-baselines")
     assert code == 0 and "perfgate: baseline written to" in out, out
     return profile, baselines
 
@@ -121,14 +121,14 @@ def test_slower_decoding_and_a_tail_each_fail_their_own_figures_and_not_the_medi
 
 
 def test_a_recording_that_writes_nothing_fails_the_build(tmp_path):
-    """--update-baselines asked for, nothing written (one run a level gives no noise to
+    """--perf-update-baselines asked for, nothing written (one run a level gives no noise to
     derive a tolerance from): the build fails, even though every test passed."""
     profile = tmp_path / "sim-gate.toml"
     profile.write_text(PROFILE)
     baselines = tmp_path / "baselines"
     with SimProcess(HEALTHY) as sim:
         code, out, _ = gate(
-            profile, baselines, sim, tmp_path / "out", "--update-baselines", "--perf-repeats=1"
+            profile, baselines, sim, tmp_path / "out", "--perf-update-baselines", "--perf-repeats=1"
         )
     assert code == 1, out
     assert "perfgate: baseline NOT updated: " in out and "a baseline needs at least 3" in out

@@ -150,7 +150,7 @@ def _judged_sweep(tmp_path, runs: list[list[float]], *, update: bool) -> Perfgat
 
 
 def test_recording_over_a_baseline_refuses_a_regressed_run_and_says_how_to_accept_it(tmp_path):
-    """--update-baselines over an exact baseline: a run whose TTFT doubled is judged against
+    """--perf-update-baselines over an exact baseline: a run whose TTFT doubled is judged against
     it (really regressed), nothing is written, and the refusal names the figure, the file,
     and how to accept slower figures on purpose."""
 

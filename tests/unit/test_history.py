@@ -483,7 +483,7 @@ def test_a_corrupt_history_is_a_usage_error_before_any_server_starts(tmp_path):
     history.mkdir()
     (history / "tiny.jsonl").write_text('{"not": "an entry"}\n{"also": "bad"}\n')
     result = run_pytest(
-        "-m", "perf", f"--profile={tiny}", f"--perf-history={history}", "suites/perf"
+        "-m", "perf", f"--perf-profile={tiny}", f"--perf-history={history}", "suites/perf"
     )
     out = result.stdout + result.stderr
     assert result.returncode == 4, out  # pytest's usage error

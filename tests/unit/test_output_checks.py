@@ -46,4 +46,4 @@ def test_a_remote_attached_server_is_keyed_by_label_and_says_how_to_name_it(tmp_
     session.resolve_baseline({"key": "", "source": "remote", "host": "gpu-host.example"})
     assert session.hardware_key == "cpu-2core" and session.baseline_tier == "any"
     assert "--perf-hardware KEY" in session.tier_note()
-    assert "--base-url http://gpu-host.example:8000" in session.tier_note()
+    assert "--perf-base-url http://gpu-host.example:8000" in session.tier_note()

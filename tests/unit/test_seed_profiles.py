@@ -101,7 +101,7 @@ def test_seed_target_gates_a_launched_run_on_a_new_gpu_host(name, tmp_path):
     )
     session.resolve_baseline({"key": "2x-nvidia-h200", "gpu_names": ["NVIDIA H200"] * 2})
     assert session.baseline_tier == "any" and session.hardware_key == "2x-nvidia-h200"
-    assert "--update-baselines" in session.tier_note() and "any.json" in session.tier_note()
+    assert "--perf-update-baselines" in session.tier_note() and "any.json" in session.tier_note()
     assert session.baseline_path.name == "2x-nvidia-h200.json"  # where recording would write
     planned = session.planned()
     slow = session.policy.judge(

@@ -344,7 +344,9 @@ class Engine:
     ) -> list[str]:
         """The argv that starts this engine for the profile; ``model`` is the weights' path
         where the server runs (default: :meth:`prepare_model`'s local path)."""
-        raise EngineUnavailable(f"engine {self.name!r} cannot be launched; attach with --base-url")
+        raise EngineUnavailable(
+            f"engine {self.name!r} cannot be launched; attach with --perf-base-url"
+        )
 
     def tokenize_body(self, text: str, model: str) -> dict[str, Any]:
         """JSON body for the tokenize endpoint (special tokens included)."""

@@ -23,7 +23,9 @@ def launch(profile: Profile, engine: Engine, log_dir: Path, *, owner: str) -> Ba
         from perfgate.launch.ssh import launch_ssh
 
         return launch_ssh(profile, engine, log_dir, owner=owner)
-    raise BackendError(f"profile {profile.name} attaches to a running server: pass --base-url URL")
+    raise BackendError(
+        f"profile {profile.name} attaches to a running server: pass --perf-base-url URL"
+    )
 
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Attach to a server that is already running (``--base-url``). Never stops it."""
+"""Attach to a server that is already running (``--perf-base-url``). Never stops it."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ POLL_INTERVAL_S = 0.5
 
 class AttachedBackend:
     """A server perfgate did not start: no process, read-only. Its log is read only where
-    the user names the file (``--server-log``), for diagnosis.
+    the user names the file (``--perf-server-log``), for diagnosis.
 
     ``env`` is the environment the server is taken to have been given (default: this
     process's), for its CUDA_VISIBLE_DEVICES when the server runs on this machine: the
@@ -67,7 +67,7 @@ class AttachedBackend:
                 if clock() >= deadline:
                     raise ReadinessTimeout(
                         f"server at {self.base_url} not ready after {timeout_s:.0f}s: {why}. "
-                        "Check the URL given to --base-url.",
+                        "Check the URL given to --perf-base-url.",
                         log_tail="",
                     )
                 sleep(POLL_INTERVAL_S)
