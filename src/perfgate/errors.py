@@ -9,6 +9,7 @@ says what to do next::
     ├── BackendError            the serving backend could not be used
     │   ├── BackendStartError   the server exited while starting (exit code + log tail)
     │   ├── ReadinessTimeout    the server did not become ready in time (log tail)
+    │   ├── AccessRefused       the server refused perfgate's credentials (401/403)
     │   └── EngineUnavailable   the engine's binary or model is not installed
     ├── WorkloadError           prompts of the requested shape could not be built
     └── SandboxUnavailable      no OS isolation for generated code, and no leave to go without
@@ -48,6 +49,11 @@ class ReadinessTimeout(BackendError):
     def __init__(self, message: str, *, log_tail: str) -> None:
         super().__init__(message)
         self.log_tail = log_tail
+
+
+class AccessRefused(BackendError):
+    """The server answered 401 or 403: it wants an API key (or other headers) that perfgate
+    did not send, or refused the one it sent."""
 
 
 class EngineUnavailable(BackendError):

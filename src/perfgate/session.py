@@ -121,6 +121,9 @@ class PerfgateSession:
                 f"a profile can choose {choosable}"
             )
         self.profile = profile
+        # the server's API key and extra headers: read now, so a missing one stops the run
+        # before anything starts; never written anywhere
+        self.headers = profile.request_headers()
         self.engine: Engine = get_engine(profile.engine)
         self.root = root
         self.base_url = base_url
@@ -332,7 +335,9 @@ class PerfgateSession:
             self.run.notes.append(f"backend failed: {exc}")
             self.stop_backend()
             raise
-        with httpx.Client(base_url=backend.base_url, timeout=10.0) as client:
+        with httpx.Client(
+            base_url=backend.base_url, timeout=10.0, headers=backend.headers
+        ) as client:
             self.run.engine_version = self.engine.version(client)
         self.run.base_url = backend.base_url
         try:
@@ -399,7 +404,9 @@ class PerfgateSession:
     def _probe_features(self, backend: Backend) -> None:
         """For a server of unknown kind: without the fields that force output length,
         say so and measure what it generates."""
-        why = rejected_extras(backend.base_url, self.profile.model.name, self.completion_extras)
+        why = rejected_extras(
+            backend.base_url, self.profile.model.name, self.completion_extras, backend.headers
+        )
         if why:
             self.completion_extras = {}
             self.degraded(why)
@@ -418,7 +425,11 @@ class PerfgateSession:
         model = self.profile.model.name
         if self.base_url:
             return AttachedBackend(
-                self.base_url, engine=self.engine, model=model, log_path=self.server_log
+                self.base_url,
+                engine=self.engine,
+                model=model,
+                log_path=self.server_log,
+                headers=self.headers,
             )
         if self.profile.launcher != "attach":
             self.progress(
@@ -517,13 +528,16 @@ class PerfgateSession:
                 **self.profile.server.request_fields,
             },
             reasoning_fields=self.engine.reasoning_fields,
+            headers=self.headers,
         )
 
     def prompts(self, name: str, concurrency: int | float, repeat: int, count: int) -> list[Prompt]:
         """``count`` seeded prompts for run ``repeat`` of test ``name``'s level ``concurrency``
         (starting the backend: its tokenizer counts them)."""
         backend = self.start_backend()
-        return self.prompt_source.draw(backend.base_url, name, concurrency, repeat, count)
+        return self.prompt_source.draw(
+            backend.base_url, name, concurrency, repeat, count, headers=backend.headers
+        )
 
     def measure(
         self,
@@ -588,7 +602,7 @@ class PerfgateSession:
         capacity search a probe belongs to)."""
         w = self.profile.workload
         warmup = w.warmup
-        spec_window = SpecWindow(self.engine, backend.base_url)
+        spec_window = SpecWindow(self.engine, backend.base_url, backend.headers)
         gpu = self.gpu_sampler()
         run_of: dict[str, int | float] = {"repeat": 0, "level": 0}
 
@@ -848,7 +862,7 @@ class PerfgateSession:
             self.save_run()
             return measurement.levels
 
-        spec_window = SpecWindow(self.engine, backend.base_url)
+        spec_window = SpecWindow(self.engine, backend.base_url, backend.headers)
         try:
             for _ in range(warmup):
                 send()

@@ -44,6 +44,7 @@ def twin_greedy(
             twin.model.name,
             timeout_s=twin.timeouts.request_s,
             fields=twin.server.request_fields,
+            headers=backend.headers,
         )
         return greedy_outputs(client, prompts, max_tokens, engine.deterministic_extras())
     except (BackendError, httpx.HTTPError) as exc:

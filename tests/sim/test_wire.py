@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from perfgate.client import encode_body, request_body
-from perfgate.client.wire import Endpoint
+from perfgate.client.wire import Endpoint, header_lines
 from perfgate.sim import SimConfig, serve, words
 from perfgate.workers import RequestPlan, WireWorkers, finished
 
@@ -164,3 +164,13 @@ def test_endpoint_reads_base_urls():
     assert prefixed.head("/v1/chat/completions", 1).startswith(b"POST /api/v1/chat/completions")
     with pytest.raises(ValueError, match="not an http"):
         Endpoint("unix:///tmp/x")
+
+
+def test_extra_headers_go_into_the_head_once_encoded_and_a_broken_one_is_refused():
+    extra = header_lines({"Authorization": "Bearer k1", "X-Team": "perf"})
+    head = Endpoint("http://127.0.0.1:8000").head("/v1/completions", 12, extra)
+    assert head.endswith(b"Content-Length: 12\r\nAuthorization: Bearer k1\r\nX-Team: perf\r\n\r\n")
+    assert head.count(b"\r\n\r\n") == 1
+    for name, value in (("X-A", "v\r\nX-Injected: 1"), ("Bad Name", "v"), ("", "v")):
+        with pytest.raises(ValueError, match="not a valid HTTP header"):
+            header_lines({name: value})

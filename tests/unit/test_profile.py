@@ -1,5 +1,6 @@
 """Profiles: validation errors name the file and the field."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -246,3 +247,48 @@ def test_a_path_option_written_with_a_space_is_refused_not_taken_for_the_rootdir
     joined = run_pytest("-m", "perf", "--co", "-q", f"{flag}={tmp_path}", timeout=120)
     assert joined.returncode == 0, joined.stdout + joined.stderr
     assert "rootdir" not in joined.stderr
+
+
+def with_access(api_key_env: str | None, headers: dict[str, str]):
+    profile = load_profile(DEFAULT_PROFILE, Path("profiles"))
+    server = profile.server.model_copy(update={"api_key_env": api_key_env, "headers": headers})
+    return profile.model_copy(update={"server": server})
+
+
+def test_request_headers_come_from_the_environment_and_stay_out_of_the_public_dump():
+    profile = with_access("VLLM_API_KEY", {"X-Gateway": "env:GW_TOKEN", "X-Team": "perf-ci"})
+    environ = {"VLLM_API_KEY": "sk-planted-1", "GW_TOKEN": "gw-planted-2"}
+    assert profile.request_headers(environ) == {
+        "Authorization": "Bearer sk-planted-1",
+        "X-Gateway": "gw-planted-2",
+        "X-Team": "perf-ci",
+    }
+    public = json.dumps(profile.public_dump())
+    for secret in ("sk-planted-1", "gw-planted-2", "perf-ci"):
+        assert secret not in public
+    server = profile.public_dump()["server"]
+    assert server["api_key_env"] == "VLLM_API_KEY"  # the variable's name stays, for the reader
+    assert server["headers"] == {"X-Gateway": "env:GW_TOKEN", "X-Team": "***"}
+
+
+def test_an_unset_variable_is_named_with_what_to_do():
+    with pytest.raises(ProfileError, match=r"\$VLLM_API_KEY, which is not set: export"):
+        with_access("VLLM_API_KEY", {}).request_headers({})
+    with pytest.raises(ProfileError, match=r"header X-Gateway .* \$GW_TOKEN, which is not set"):
+        with_access(None, {"X-Gateway": "env:GW_TOKEN"}).request_headers({"GW_TOKEN": ""})
+    assert with_access(None, {}).request_headers({}) == {}
+
+
+def test_keys_in_server_logs_are_redacted_in_every_form_engines_print():
+    from perfgate.profile import redact_text
+
+    lines = [
+        "non-default args: {'model_tag': 'm', 'api_key': ['sk-planted-1'], 'port': 8000}",
+        "args: Namespace(api_key='sk-planted-1', port=8000)",
+        "main: command line: llama-server --api-key sk-planted-1 --port 8080",
+        "vllm serve m --api-key=sk-planted-1",
+        "Authorization: Bearer sk-planted-1",
+    ]
+    for line in lines:
+        assert "sk-planted-1" not in redact_text(line), line
+    assert redact_text("--port 8000 --threads 2") == "--port 8000 --threads 2"

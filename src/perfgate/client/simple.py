@@ -22,6 +22,7 @@ class SimpleClient:
         reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning"),
         fields: dict[str, Any] | None = None,
         transport: httpx.MockTransport | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.base_url = base_url
         self.model = model
@@ -29,6 +30,7 @@ class SimpleClient:
         self.reasoning_fields = reasoning_fields
         self.fields = dict(fields or {})  # sent with every request (profile request_fields)
         self.transport = transport  # replays recorded responses in tests
+        self.headers = dict(headers or {})  # the server's API key and extra headers
 
     def complete(
         self, prompt: str, *, api: Api = "completions", max_tokens: int = 16, **params: Any
@@ -38,7 +40,10 @@ class SimpleClient:
         body["stream"] = False
         body.pop("stream_options")
         with httpx.Client(
-            base_url=self.base_url, timeout=self.timeout_s, transport=self.transport
+            base_url=self.base_url,
+            timeout=self.timeout_s,
+            transport=self.transport,
+            headers=self.headers,
         ) as client:
             response = client.post(API_PATHS[api], json=body)
             response.raise_for_status()
@@ -52,7 +57,10 @@ class SimpleClient:
 
         async def once() -> RequestRecord:
             async with httpx.AsyncClient(
-                base_url=self.base_url, timeout=self.timeout_s, transport=self.transport
+                base_url=self.base_url,
+                timeout=self.timeout_s,
+                transport=self.transport,
+                headers=self.headers,
             ) as c:
                 return await stream_request(
                     c,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -211,11 +211,14 @@ async def stream_request(
     api: Api = "completions",
     timeout_s: float = 120.0,
     reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning"),
+    headers: Mapping[str, str] | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> RequestRecord:
     """Send one streaming request and record it. Failures become ``record.error``.
-    ``body``: a dict, or its bytes already encoded (:func:`encode_body`)."""
+    ``body``: a dict, or its bytes already encoded (:func:`encode_body`); ``headers``:
+    extra ones (an API key)."""
     content = body if isinstance(body, bytes) else encode_body(body)
+    sent_headers = {**JSON_HEADERS, **headers} if headers else JSON_HEADERS
     record = RequestRecord(index=index, start=clock())
     parser = _Parser(record, api, reasoning_fields)
     decoder = SSEDecoder()
@@ -225,7 +228,7 @@ async def stream_request(
             for attempt in (1, 2):
                 try:
                     async with client.stream(
-                        "POST", API_PATHS[api], content=content, headers=JSON_HEADERS
+                        "POST", API_PATHS[api], content=content, headers=sent_headers
                     ) as response:
                         end = await _read(response, record, parser, decoder, clock)
                     break
@@ -324,6 +327,7 @@ async def send_streamed(
     api: Api = "completions",
     timeout_s: float = 120.0,
     reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning"),
+    headers: bytes = b"",
     clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[Unparsed, WireConnection | None]:
     """:func:`stream_request` on the lean client (:mod:`perfgate.client.wire`), for the
@@ -333,7 +337,13 @@ async def send_streamed(
     record = RequestRecord(index=index, start=clock())
     try:
         response, connection, record.reconnects = await exchange(
-            endpoint, connection, API_PATHS[api], body, timeout_s=timeout_s, clock=clock
+            endpoint,
+            connection,
+            API_PATHS[api],
+            body,
+            timeout_s=timeout_s,
+            headers=headers,
+            clock=clock,
         )
     except TimeoutError:
         record.error = f"request deadline of {timeout_s:.1f}s exceeded"

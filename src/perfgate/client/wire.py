@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -209,6 +209,17 @@ class WireConnection(asyncio.Protocol):
         self.abort()
 
 
+def header_lines(headers: Mapping[str, str]) -> bytes:
+    """Extra request headers as the lines of a head, encoded once per run (an API key,
+    a gateway's headers). A name or value that would break the head is refused."""
+    out = bytearray()
+    for name, value in headers.items():
+        if not name or any(c in name for c in ":\r\n ") or "\r" in value or "\n" in value:
+            raise ValueError(f"not a valid HTTP header: {name!r}")
+        out += f"{name}: {value}\r\n".encode("latin-1")
+    return bytes(out)
+
+
 class Endpoint:
     """Where measured requests go: scheme, host, port and path prefix of a base URL."""
 
@@ -224,13 +235,18 @@ class Endpoint:
         self.authority = self.host if default else f"{self.host}:{self.port}"
         self._ssl: ssl.SSLContext | None = None
 
-    def head(self, path: str, length: int) -> bytes:
-        """The head of a JSON POST to ``path`` with a body of ``length`` bytes."""
+    def head(self, path: str, length: int, headers: bytes = b"") -> bytes:
+        """The head of a JSON POST to ``path`` with a body of ``length`` bytes; ``headers``:
+        extra header lines (:func:`header_lines`)."""
         return (
-            f"POST {self.prefix}{path} HTTP/1.1\r\nHost: {self.authority}\r\n"
-            "User-Agent: perfgate\r\nAccept: text/event-stream, application/json\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
-        ).encode("latin-1")
+            (
+                f"POST {self.prefix}{path} HTTP/1.1\r\nHost: {self.authority}\r\n"
+                "User-Agent: perfgate\r\nAccept: text/event-stream, application/json\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {length}\r\n"
+            ).encode("latin-1")
+            + headers
+            + b"\r\n"
+        )
 
     async def connect(self, clock: Clock, timeout_s: float = 10.0) -> WireConnection:
         """A new connection (TLS where the URL says https)."""
@@ -254,12 +270,13 @@ async def exchange(
     body: bytes,
     *,
     timeout_s: float,
+    headers: bytes = b"",
     clock: Clock = time.perf_counter,
 ) -> tuple[Response, WireConnection, int]:
     """Send one request on ``connection`` (a new one when None or closed) and await its
     whole response. A kept connection the server had closed (before any response byte)
     is replaced once. Returns the response, the connection to keep, and reconnects."""
-    head = endpoint.head(path, len(body))
+    head = endpoint.head(path, len(body), headers)
     reconnects = 0
     async with asyncio.timeout(timeout_s):
         while True:

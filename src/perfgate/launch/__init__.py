@@ -12,20 +12,26 @@ from perfgate.profile import Profile
 
 
 def launch(profile: Profile, engine: Engine, log_dir: Path, *, owner: str) -> Backend:
-    """Start the profile's server with its launcher (not yet waited for)."""
+    """Start the profile's server with its launcher (not yet waited for); requests to it
+    carry the profile's API key and headers."""
+    headers = profile.request_headers()  # before starting: a missing key stops nothing
+    backend: Backend
     if profile.launcher == "process":
-        return launch_process(profile, engine, log_dir, owner=owner)
-    if profile.launcher == "docker":
+        backend = launch_process(profile, engine, log_dir, owner=owner)
+    elif profile.launcher == "docker":
         from perfgate.launch.docker import launch_docker  # the docker SDK loads only here
 
-        return launch_docker(profile, engine, log_dir, owner=owner)
-    if profile.launcher == "ssh":
+        backend = launch_docker(profile, engine, log_dir, owner=owner)
+    elif profile.launcher == "ssh":
         from perfgate.launch.ssh import launch_ssh
 
-        return launch_ssh(profile, engine, log_dir, owner=owner)
-    raise BackendError(
-        f"profile {profile.name} attaches to a running server: pass --perf-base-url URL"
-    )
+        backend = launch_ssh(profile, engine, log_dir, owner=owner)
+    else:
+        raise BackendError(
+            f"profile {profile.name} attaches to a running server: pass --perf-base-url URL"
+        )
+    backend.headers = headers
+    return backend
 
 
 __all__ = [

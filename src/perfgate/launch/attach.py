@@ -37,8 +37,10 @@ class AttachedBackend:
         model: str,
         log_path: Path | None = None,
         env: Mapping[str, str] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.headers = dict(headers or {})
         self.engine = engine
         self.model = model
         self.log_path = log_path
@@ -62,7 +64,7 @@ class AttachedBackend:
         self, timeout_s: float, *, clock: Clock = time.monotonic, sleep: Sleep = time.sleep
     ) -> None:
         deadline = clock() + timeout_s
-        with httpx.Client(base_url=self.base_url, timeout=10.0) as client:
+        with httpx.Client(base_url=self.base_url, timeout=10.0, headers=self.headers) as client:
             while (why := probe_ready(client, self.engine, self.model)) is not None:
                 if clock() >= deadline:
                     raise ReadinessTimeout(

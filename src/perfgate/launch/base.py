@@ -15,7 +15,7 @@ from typing import Protocol
 import httpx
 
 from perfgate.engines import Engine
-from perfgate.errors import BackendStartError, ReadinessTimeout
+from perfgate.errors import AccessRefused, BackendStartError, ReadinessTimeout
 from perfgate.profile import redact_text
 
 Clock = Callable[[], float]
@@ -26,6 +26,7 @@ class Backend(Protocol):
     """A running (or attached) server that perfgate can measure."""
 
     base_url: str
+    headers: dict[str, str]  # sent with every request: the API key, a gateway's headers
     engine: Engine
     owned: bool  # True when perfgate started it and must stop it
     argv: list[str]  # the command that started it ([] when attached)
@@ -81,7 +82,11 @@ def wait_until_ready(
     log tail. ``where`` names the log (a path, a container, a remote file) in messages."""
     deadline = clock() + timeout_s
     name = backend.engine.name
-    with httpx.Client(base_url=backend.base_url, timeout=httpx.Timeout(5.0, read=30.0)) as c:
+    with httpx.Client(
+        base_url=backend.base_url,
+        timeout=httpx.Timeout(5.0, read=30.0),
+        headers=backend.headers,
+    ) as c:
         while True:
             if not backend.alive():
                 code = backend.exit_code()
@@ -135,21 +140,43 @@ def _stop_leftovers() -> None:  # last resort if a caller forgot stop()
         backend.stop()
 
 
+def refuse_if_unauthorized(response: httpx.Response, client: httpx.Client) -> None:
+    """Raise :class:`AccessRefused`, saying what to set, when the server answered 401/403."""
+    if response.status_code not in (401, 403):
+        return
+    sent = "Authorization" in client.headers
+    raise AccessRefused(
+        f"the server at {client.base_url} answered {response.status_code} to "
+        f"{response.request.url.path}: "
+        + (
+            "it refused the API key perfgate sent (server.api_key_env in the profile): "
+            "check that the variable holds the key the server was started with"
+            if sent
+            else "it wants an API key (a server started with --api-key). Name the "
+            'variable that holds it in the profile, server.api_key_env = "VLLM_API_KEY", '
+            "and export it; other headers go in server.headers"
+        )
+    )
+
+
 def probe_ready(client: httpx.Client, engine: Engine, model: str) -> str | None:
     """One readiness probe. Returns None when ready, else why not (for the timeout message).
 
     Ready means: the engine's health path answers 200 (where it has one) and a real
-    completion returns at least one generated token.
+    completion returns at least one generated token. A 401 or 403 is final: waiting does
+    not bring a key (:class:`AccessRefused`).
     """
     try:
         if engine.health_path:
             health = client.get(engine.health_path)
+            refuse_if_unauthorized(health, client)
             if health.status_code != 200:
                 return f"{engine.health_path} answered {health.status_code}"
         gen = client.post(
             "/v1/completions",
             json={"model": model, "prompt": "Hello", "max_tokens": 1, "temperature": 0},
         )
+        refuse_if_unauthorized(gen, client)
         if gen.status_code != 200:
             return f"/v1/completions answered {gen.status_code}: {gen.text[:200]}"
         usage = gen.json().get("usage") or {}

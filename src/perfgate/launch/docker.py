@@ -115,6 +115,7 @@ class DockerBackend:
         model = engine.prepare_model(profile)
         self.argv = engine.launch_command(profile, host, port, model)
         self.base_url = f"http://{_public_host(spec, self.url, host)}:{port}"
+        self.headers: dict[str, str] = {}  # set by launch() from the profile
         volumes = {src: {"bind": dst, "mode": "ro"} for src, dst in spec.volumes.items()}
         if spec.mount_model:  # the same path inside, so the command's path is valid there
             model_dir = str(Path(model).resolve().parent)

@@ -74,6 +74,7 @@ class ProcessBackend:
         self.model = model
         self.argv = argv
         self.base_url = f"http://{host}:{port}"
+        self.headers: dict[str, str] = {}  # set by launch() from the profile
         self.log_path = log_path
         self.stop_grace_s = stop_grace_s
         log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -90,6 +90,7 @@ class SshBackend:
             start_new_session=True,
         )
         self.base_url = f"http://127.0.0.1:{local_port}"
+        self.headers: dict[str, str] = {}  # set by launch() from the profile
 
     # -- ssh plumbing ------------------------------------------------------------------
     def _ssh_args(self) -> list[str]:

@@ -45,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--reasoning-tokens", type=int, help="chat: the first N tokens are reasoning")
     add("--reasoning-field", help="chat: delta field of reasoning (default reasoning_content)")
     add("--max-tokens", type=int, dest="default_max_tokens", help="max_tokens when unset")
+    add("--api-key", help="require Authorization: Bearer KEY (all but /health and /sim/*)")
     add("--workers", type=int, default=1, help="processes serving the port (default 1)")
     add(
         "--burst",
@@ -79,6 +80,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
             "reasoning_field",
             "default_max_tokens",
             "burst",
+            "api_key",
         )
         if getattr(args, name) is not None
     }

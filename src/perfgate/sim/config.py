@@ -169,6 +169,10 @@ class SimConfig:
     generation requests in progress when the gap is computed. ``arrival`` is when the
     request body was fully read.
 
+    ``api_key``: when set, every request but ``/health`` and ``/sim/*`` must carry
+    ``Authorization: Bearer <api_key>`` (as vLLM's and llama-server's ``--api-key``); any
+    other gets 401, and a line ``perfgate-sim: refused ...`` in the log.
+
     ``burst``: a stream without a fault writes all its chunks at once, at the first
     chunk's scheduled time (each chunk's scheduled and written time is that moment). The
     server then spends little CPU a token, so that the client's reading is what limits
@@ -186,6 +190,7 @@ class SimConfig:
     faults: tuple[FaultRule, ...] = field(default=())
     high_water_bytes: int = 256 * 1024
     burst: bool = False
+    api_key: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "faults", tuple(self.faults))
@@ -224,6 +229,7 @@ class SimConfig:
             "high_water_bytes must be >= 1",
         )
         _check(isinstance(self.burst, bool), f"burst must be true or false (got {self.burst!r})")
+        _check(isinstance(self.api_key, str), "api_key must be a string")
 
     def fault_for(self, index: int) -> Fault | None:
         """The fault of the first rule that chooses this arrival index, if any."""

@@ -120,6 +120,10 @@ class SimServer:
         """Answer one request; returns whether the connection stays open."""
         keep = request.keep_alive
         path, method = request.path, request.method
+        if self._refused(request):
+            print(f"perfgate-sim: refused {method} {path}: no valid API key", flush=True)
+            writer.write(error_response(401, "invalid API key", keep_alive=keep))
+            return keep
         if path not in GET_PATHS and path not in POST_PATHS:
             writer.write(error_response(404, f"no route {method} {path}", keep_alive=keep))
             return keep
@@ -156,6 +160,14 @@ class SimServer:
             writer.write(error_response(400, str(exc), keep_alive=keep))
             return keep
         return await self._generate(generation, path, connection, keep, writer)
+
+    def _refused(self, request: Request) -> bool:
+        """Whether an API key is required and this request lacks it (all but /health and
+        the simulator's own /sim/ paths need it)."""
+        key = self.config.api_key
+        if not key or request.path == "/health" or request.path.startswith("/sim/"):
+            return False
+        return request.headers.get("authorization") != f"Bearer {key}"
 
     def _get(self, path: str) -> Any:
         if path == "/health":
