@@ -16,7 +16,7 @@ from pathlib import Path
 from tests.helpers import TINY, profile_toml, run_pytest
 
 ARGS_LINE = (
-    "args = { threads = 2, threads-batch = 2, parallel = 4, ctx-size = 4096, metrics = true }"
+    "args = { threads = 1, threads-batch = 1, parallel = 4, ctx-size = 4096, metrics = true }"
 )
 # Gemma 3 attends through a sliding window: llama.cpp reuses a cached prefix only with
 # the full-size window cache (--swa-full; without it every prompt is prefilled anew)

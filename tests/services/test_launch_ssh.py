@@ -55,7 +55,7 @@ def test_perf_run_on_a_remote_host_as_a_user_runs_it(servers_before, sshd, tmp_p
     assert "(ssh launcher)" in out
     run = json.loads(next((tmp_path / "out" / "runs").glob("*.json")).read_text())
     assert run["status"] == "passed" and run["launcher"] == "ssh"
-    assert run["facts"]["threads"]["value"] == 2  # from the remote log
+    assert run["facts"]["threads"]["value"] == 1  # from the remote log
     log = next((tmp_path / "out" / "logs").glob("tiny-ssh-ssh-*.log")).read_text()
     assert "listening on" in log  # the remote log was fetched
     assert not (owned_server_pids() - servers_before)  # the remote process group was stopped

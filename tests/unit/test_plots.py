@@ -131,12 +131,12 @@ def test_a_failed_run_is_marked_and_drawn_against_its_baseline_run(tmp_path):
 
 
 def test_a_regressed_configuration_renders_with_its_checks(tmp_path):
-    run = judged_against_gemma(
-        ROOT / "baselines/llamacpp-gemma3-270m-spec/cpu-2x-amd-epyc-avx512.run.json.gz"
-    )
+    # vLLM on CPU, judged against the default llama.cpp profile's baseline: slower at C=1
+    run = judged_against_gemma(VLLM_RUN)
     assert run.status == "failed"
-    assert {c.verdict for c in run.checks if c.key.endswith("agg_tok_s")} == {"regressed"}
-    for png in render_run_plots(run, tmp_path, "spec", baseline_run=load_baseline_run(run, ROOT)):
+    verdicts = {c.key: c.verdict for c in run.checks}
+    assert verdicts["sweep.c1.agg_tok_s"] == verdicts["single.c1.agg_tok_s"] == "regressed"
+    for png in render_run_plots(run, tmp_path, "vllm", baseline_run=load_baseline_run(run, ROOT)):
         assert_readable_png(png)
 
 

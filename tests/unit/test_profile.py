@@ -43,9 +43,9 @@ def test_default_profile_command_line(monkeypatch):
     profile = load_profile(DEFAULT_PROFILE, PROFILES)
     assert flags_from_args(profile.server.args) == [
         "--threads",
-        "2",
+        "1",
         "--threads-batch",
-        "2",
+        "1",
         "--parallel",
         "4",
         "--ctx-size",
@@ -130,8 +130,8 @@ def test_flags_from_args_forms():
 
 def test_with_server_args_overrides_a_copy():
     profile = load_profile(DEFAULT_PROFILE, PROFILES)
-    slow = profile.with_server_args(threads=1, parallel=1)
-    assert slow.server.args["threads"] == 1 and profile.server.args["threads"] == 2
+    slow = profile.with_server_args(threads=2, parallel=1)
+    assert slow.server.args["threads"] == 2 and profile.server.args["threads"] == 1
     assert slow.digest() != profile.digest()
 
 
