@@ -12,7 +12,7 @@ RUN = ROOT / "baselines" / "llamacpp-gemma3-270m" / "cpu-2x-amd-epyc-avx512.run.
 
 
 def read_run():
-    """The default profile's kept baseline run (a real run, schema 1: plain token times)."""
+    """The default profile's kept baseline run (a real run, schema 2: token gaps in us)."""
     return json.loads(gzip.decompress(RUN.read_bytes()))
 
 
@@ -22,9 +22,13 @@ def slowed(run, factor, measurement="sweep"):
         for key in ("start", "end"):
             level[key] *= factor
         for record in level["records"]:
-            record["start"] *= factor
-            record["end"] *= factor
-            record["token_times"] = [t * factor for t in record["token_times"]]
+            for key in ("start", "end", "sent", "scheduled"):
+                if record.get(key) is not None:
+                    record[key] *= factor
+            if "token_gaps_us" in record:  # the first from start, then between chunks
+                record["token_gaps_us"] = [round(g * factor) for g in record["token_gaps_us"]]
+            else:  # schema 1
+                record["token_times"] = [t * factor for t in record["token_times"]]
     return run
 
 
@@ -62,12 +66,12 @@ def test_a_level_missing_from_new_fails_as_missing(tmp_path, capsys):
 
 def test_changed_configuration_is_listed(tmp_path, capsys):
     run = read_run()
-    run["facts"]["threads"]["value"] = 1
+    run["facts"]["threads"]["value"] = 2
     changed = tmp_path / "new.json"
     changed.write_text(json.dumps(run))
     main(["compare", str(RUN), str(changed)])
     out = capsys.readouterr().out
-    assert "configuration facts that differ (OLD → NEW):\n  threads: 2 → 1" in out
+    assert "configuration facts that differ (OLD → NEW):\n  threads: 1 → 2" in out
 
 
 def test_runs_without_facts_say_so(tmp_path, capsys):
