@@ -39,6 +39,18 @@ def keyed_server(tmp_path, monkeypatch):
     )
 
 
+def attached_perf_run(profile, base_url, output):
+    """`pytest -m perf` attached to ``base_url``, gated by a floor written for ``profile``."""
+    return run_pytest(
+        "-m",
+        "perf",
+        f"--perf-profile={profile}",
+        f"--perf-base-url={base_url}",
+        floor_baselines(profile),
+        f"--perf-output={output}",
+    )
+
+
 def test_llama_server_with_an_api_key_is_refused_without_it_and_gated_with_it(
     tmp_path, monkeypatch
 ):
@@ -46,14 +58,7 @@ def test_llama_server_with_an_api_key_is_refused_without_it_and_gated_with_it(
     try:
         backend = owner.start_backend()  # its readiness probe already needs the key
         bare = profile_toml(TINY, tmp_path, name="tiny")
-        refused = run_pytest(
-            "-m",
-            "perf",
-            f"--perf-profile={bare}",
-            f"--perf-base-url={backend.base_url}",
-            floor_baselines(bare),
-            f"--perf-output={tmp_path / 'refused'}",
-        )
+        refused = attached_perf_run(bare, backend.base_url, tmp_path / "refused")
         out = refused.stdout + refused.stderr
         assert refused.returncode == 1, out[-4000:]
         assert "answered 401" in out and "it wants an API key" in out, out[-4000:]
@@ -64,14 +69,7 @@ def test_llama_server_with_an_api_key_is_refused_without_it_and_gated_with_it(
             tmp_path,
             name="tiny-keyed",
         )
-        passed = run_pytest(
-            "-m",
-            "perf",
-            f"--perf-profile={keyed}",
-            f"--perf-base-url={backend.base_url}",
-            floor_baselines(keyed),
-            f"--perf-output={tmp_path / 'out'}",
-        )
+        passed = attached_perf_run(keyed, backend.base_url, tmp_path / "out")
         out = passed.stdout + passed.stderr
         assert passed.returncode == 0, out[-6000:]
         assert backend.alive()
