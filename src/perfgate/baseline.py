@@ -31,9 +31,9 @@ from perfgate.stats import (
     comparison,
     decide,
     derived_tolerance,
+    detectable_drop,
     estimate,
     limits,
-    runs_past,
 )
 
 SCHEMA_VERSION = 2
@@ -85,6 +85,12 @@ class Expectation(BaseModel):
         "another host than the recording's is judged. Absent: not measured yet.",
     )
     host_df: float | None = Field(None, ge=0, description="Degrees of freedom of host_sigma.")
+    detectable: float | None = Field(
+        None,
+        ge=0,
+        description="The smallest drop of this figure the gate fails 95% of the time, its "
+        "runs as noisy as recorded (0.2: 20% fewer tok/s, or 1/0.8 times the seconds).",
+    )
     tolerance_source: TolSource = Field(
         "manual",
         description="derived: from measured noise when recorded; manual: set by hand (kept "
@@ -168,8 +174,9 @@ class Check(BaseModel):
 
     @property
     def failed(self) -> bool:
-        """Whether this check fails the build (regressed, untrusted, missing, or creep)."""
-        return self.verdict in ("regressed", "untrusted", "missing", "creep")
+        """Whether this check fails the build (regressed, too noisy, untrusted, missing, or
+        creep)."""
+        return self.verdict in ("regressed", "too-noisy", "untrusted", "missing", "creep")
 
     @property
     def past_limit(self) -> bool:
@@ -198,7 +205,7 @@ class Check(BaseModel):
         )
         if self.verdict == "creep":
             return f"{head} → CREEP: within its tolerance this run, but {self.why}"
-        return f"{head} → {self.verdict.upper()} ({self.why})"
+        return f"{head} → {self.verdict.upper().replace('-', ' ')} ({self.why})"
 
 
 def floor_slack(checks: Sequence[Check]) -> tuple[float, str] | None:
@@ -242,33 +249,38 @@ def compare(
     figure = parse_key(key).figure
     if expectation is None:
         est = estimate(values)
-    else:
-        worst, better = limits(
-            expectation.value,
-            expectation.tolerance,
-            expectation.direction,
-            floor=expectation.floor,
-            ceiling=expectation.ceiling,
+        check = Check(
+            key=key,
+            measured=est.median,
+            low=est.low,
+            high=est.high,
+            interval=est.interval,
+            samples=est.n,
+            verdict="no-baseline",
+            direction=figure.direction,
+            unit=figure.unit,
         )
-        est = estimate(values, expectation.noise, limit=(worst, expectation.direction))
-    base = {
-        "key": key,
-        "measured": est.median,
-        "low": est.low,
-        "high": est.high,
-        "interval": est.interval,
-        "samples": est.n,
-    }
-    if expectation is None:
-        check = Check(**base, verdict="no-baseline", direction=figure.direction, unit=figure.unit)
         return check, False
     exp = expectation
+    worst, better = limits(
+        exp.value, exp.tolerance, exp.direction, floor=exp.floor, ceiling=exp.ceiling
+    )
     host = exp.host_spread(another_host)
-    past = runs_past(values, worst, exp.direction)
-    cmp = comparison(est, exp.value, worst, better, exp.direction, exp.runs, *host, past)
+    cmp = comparison(values, exp.value, worst, better, exp.direction, exp.runs, exp.noise, *host)
+    base_error = math.sqrt(cmp.base_error**2 + cmp.host**2)
+    est = estimate(values, exp.noise, baseline_error=(base_error, cmp.error_df))
     decision = decide(cmp, est.n, rule)
+    interval = est.interval
+    if (own := cmp.spread) is not None and exp.noise is not None:
+        noisier = ": noisier than recorded" if cmp.noisier else ""
+        interval += f"; runs' spread {own.sigma:.1%}, recorded {exp.noise.sigma:.1%}{noisier}"
     check = Check(
-        **base,
+        key=key,
+        measured=est.median,
+        low=est.low,
+        high=est.high,
+        interval=interval,
+        samples=est.n,
         verdict=decision.verdict,
         why=decision.why,
         baseline=exp.value,
@@ -357,12 +369,16 @@ def build_baseline(
     facts: dict[str, Fact] | None = None,
     min_tolerance: float = 0.0,
     host_id: str = "",
+    detectable: bool = True,
 ) -> Recorded:
     """A new baseline from per-run values (medians), merged into the previous one.
 
     The spread between hosts accumulates: when the previous baseline was recorded on
     another host (or names none), each figure's change between the two recordings is one
     more host-to-host difference in its ``host_sigma`` (:func:`merged_host_spread`).
+
+    ``detectable``: record each figure's detectable drop (:func:`detectable_drop`; off for
+    simulations that record thousands of baselines and never read it).
 
     Tolerances: ``tolerance`` if given; else a previous hand-set one; else derived from
     the measured noise (:func:`perfgate.stats.derived_tolerance`) for a profile of this
@@ -394,8 +410,12 @@ def build_baseline(
         elif old is not None and old.tolerance_source == "manual" and old.runs is not None:
             tol, source = old.tolerance, "manual"
         elif kind is not None:
+            # a level noisier than its kind's pool, over 5 runs or more, is sized by its
+            # own spread (with the pool's degrees of freedom)
+            noisier = own is not None and own.df >= 4 and own.sigma > kind.sigma
+            sized = Noise(own.sigma, kind.df) if own is not None and noisier else kind
             tol = derived_tolerance(
-                kind, family, len(runs), max(figure.min_tolerance, min_tolerance), figure.direction
+                sized, family, len(runs), max(figure.min_tolerance, min_tolerance), figure.direction
             )
             source = "derived"
             if tol >= MAX_TOLERANCE:
@@ -426,6 +446,9 @@ def build_baseline(
             noise_df=None if kind is None else kind.df,
             host_sigma=host_sigma,
             host_df=host_df,
+            detectable=None
+            if kind is None or not detectable
+            else detectable_drop(kind, family, len(runs), tol, figure.direction),
             tolerance_source=source,
         )
     for key in kept:

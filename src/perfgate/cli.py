@@ -34,6 +34,53 @@ def _profiles(args: argparse.Namespace) -> int:
     return 0
 
 
+def _baseline_rederive(args: argparse.Namespace) -> int:
+    """Derive a profile's tolerances and detectable drops again from each exact
+    baseline's kept run JSON, with this perfgate's rules; values, hand-set tolerances,
+    floors, host spreads and facts stay as they are."""
+    from datetime import UTC, datetime
+
+    from perfgate import __version__
+    from perfgate.baseline import ANY_HARDWARE, baseline_path, diff_lines, save_baseline
+    from perfgate.session import gate_policy
+
+    directory = Path(args.baselines_dir)
+    profile = load_profile(args.profile, Path(args.profiles_dir))
+    policy = gate_policy(profile, profile.gate.record_repeats, recording=True)
+    baselines = load_profile_baselines(directory, args.profile)
+    if not baselines:
+        print(f"no baseline for {args.profile} under {directory}/")
+        return 1
+    for hardware, old in baselines.items():
+        path = baseline_path(directory, args.profile, hardware)
+        kept = path.with_suffix(".run.json.gz")
+        if hardware == ANY_HARDWARE or not kept.exists():
+            print(f"{path}: no kept run JSON ({kept.name}): left as it is")
+            continue
+        run = load_run(kept)
+        provenance = {
+            **old.provenance,
+            "rederived_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "rederived_by": f"perfgate {__version__}",
+        }
+        recorded = build_baseline(
+            args.profile,
+            hardware,
+            run_values(run.measurements, policy.chosen(old)),
+            old,
+            provenance,
+            policy.rule(None),
+            facts=old.facts,
+            min_tolerance=profile.gate.min_tolerance,
+            host_id=str(old.provenance.get("host_id") or ""),
+        )
+        save_baseline(path, recorded.baseline)
+        print(f"{path}: re-derived from {kept.name}")
+        for line in diff_lines(old, recorded):
+            print(f"  {line}")
+    return 0
+
+
 def _baseline_show(args: argparse.Namespace) -> int:
     baselines = load_profile_baselines(Path(args.baselines_dir), args.profile)
     if not baselines:
@@ -50,11 +97,9 @@ def _baseline_show(args: argparse.Namespace) -> int:
             print(
                 f"  {key:36} {exp.value:>10.4g} {exp.unit:6} ±{exp.tolerance:.1%} "
                 f"{exp.tolerance_source:8} ({exp.direction} is better"
-                + (
-                    f", noise {exp.noise_sigma:.1%} over {exp.runs} runs)"
-                    if exp.noise_sigma
-                    else ")"
-                )
+                + (f", noise {exp.noise_sigma:.1%} over {exp.runs} runs" if exp.noise_sigma else "")
+                + (f"; catches a drop of {exp.detectable:.0%}" if exp.detectable else "")
+                + ")"
             )
     return 0
 
@@ -264,6 +309,14 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("profile")
     show.add_argument("--baselines-dir", default="baselines")
     show.set_defaults(func=_baseline_show)
+    rederive = bsub.add_parser(
+        "rederive",
+        help="derive tolerances and detectable drops again from the kept run JSON",
+    )
+    rederive.add_argument("profile")
+    rederive.add_argument("--baselines-dir", default="baselines")
+    rederive.add_argument("--profiles-dir", default="profiles")
+    rederive.set_defaults(func=_baseline_rederive)
     c = sub.add_parser(
         "compare", help="gate NEW against OLD (two run JSON files); exit 1 on a regression"
     )

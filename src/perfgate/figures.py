@@ -328,12 +328,22 @@ def measurement_values(
         out.update(level_values(name, runs, chosen))
     if any(isinstance(c, float) for c in levels):
         return out  # request rates: no concurrency to scale with
-    c1 = levels.get(1, [])
-    for c, runs in levels.items():
-        pairs = [(SCALING.value(a), SCALING.value(b)) for a, b in zip(runs, c1, strict=False)]
-        if c > 1 and (values := [a / b for a, b in pairs if a is not None and b]):
-            out[figure_key(name, c, SCALING.name)] = values
+    for runs in levels.values():
+        out.update(scaling_values(name, runs, levels.get(1, [])))
     return out
+
+
+def scaling_values(
+    name: str, runs: list[LevelData], first: list[LevelData]
+) -> dict[str, list[float]]:
+    """The ``scaling`` runs of one level above C=1: each run's aggregate tok/s over that of
+    the same run of C=1 (``first``), paired so runs stay independent samples."""
+    c = runs[0].level if runs else 1
+    if isinstance(c, float) or c <= 1:
+        return {}
+    pairs = [(SCALING.value(a), SCALING.value(b)) for a, b in zip(runs, first, strict=False)]
+    values = [a / b for a, b in pairs if a is not None and b]
+    return {figure_key(name, c, SCALING.name): values} if values else {}
 
 
 def run_values(

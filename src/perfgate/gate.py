@@ -8,6 +8,7 @@ decision, so the policy is unit-tested on synthetic runs and replayed by the gat
 
 from __future__ import annotations
 
+import enum
 import fnmatch
 import statistics
 from collections.abc import Mapping, Sequence
@@ -30,6 +31,7 @@ from perfgate.figures import (
     level_values,
     parse_key,
     run_values,
+    scaling_values,
     search_values,
     timing_error_bounds,
 )
@@ -37,13 +39,44 @@ from perfgate.metrics import LevelData, Measurement
 from perfgate.stats import (
     Rule,
     comparison,
-    estimate,
+    detectable_drop,
     limits,
-    smallest_failing_factor,
     t_quantile,
 )
 
 Step = Literal["repeat", "next"]
+
+
+class GateExit(enum.IntEnum):
+    """The exit codes of ``pytest -m perf``, beside pytest's own (2 interrupted, 3 internal
+    error, 4 usage error, 5 no tests collected), which are kept as they are."""
+
+    PASSED = 0
+    REGRESSED = 1  # a figure regressed, crept or is untrusted; or another test failed
+    TOO_NOISY = 10  # the only failures: figures too noisy to decide (measure again)
+    MISSING = 11  # a baseline figure was not measured, or no baseline applies
+    CORRECTNESS = 12  # the server answered wrongly
+
+
+def exit_code(
+    pytest_status: int, checks: Sequence[Check], *, correctness_failed: bool, no_baseline: bool
+) -> int:
+    """The session's exit code: pytest's own for an interrupted, broken or empty session;
+    else the most serious failure: correctness, regression, missing, too noisy."""
+    if pytest_status not in (0, 1):
+        return pytest_status
+    verdicts = {c.verdict for c in checks}
+    if correctness_failed:
+        return GateExit.CORRECTNESS
+    if verdicts & {"regressed", "creep", "untrusted"}:
+        return GateExit.REGRESSED
+    if "missing" in verdicts or no_baseline:
+        return GateExit.MISSING
+    if "too-noisy" in verdicts:
+        return GateExit.TOO_NOISY
+    return pytest_status
+
+
 Tier = Literal["exact", "any", "none"]
 MIN_RECORD_RUNS = 3
 
@@ -101,23 +134,34 @@ class GatePolicy:
             value = values[0]
             if value >= self.abort_below * exp.value:
                 continue
-            est = estimate(values, exp.noise)
             worst, better = limits(exp.value, exp.tolerance, exp.direction)
             host = exp.host_spread(self.another_host)
-            cmp = comparison(est, exp.value, worst, better, exp.direction, exp.runs, *host)
-            z = t_quantile(1 - rule.per_figure_rate, cmp.df)
-            if cmp.error is not None and cmp.drift + z * cmp.error >= 0:
-                continue  # this far below is within the recorded noise: measure on
+            cmp = comparison(
+                values, exp.value, worst, better, exp.direction, exp.runs, exp.noise, *host
+            )
+            if cmp.recorded is not None:
+                sd, df = cmp.error(1)
+                z = t_quantile(1 - rule.per_figure_rate, df)
+                if cmp.drift + z * sd + cmp.host_allowance(1 - rule.per_figure_rate) >= 0:
+                    continue  # this far below is within the recorded noise: measure on
             return (
                 f"early abort at {level_name(run.level)}: {key} {value:.4g} {exp.unit} is below "
                 f"{self.abort_below:.0%} of the baseline {exp.value:.4g} {exp.unit}"
             )
         return None
 
-    def after_level(self, name: str, runs: Sequence[LevelData], baseline: Baseline | None) -> Step:
+    def after_level(
+        self,
+        name: str,
+        runs: Sequence[LevelData],
+        baseline: Baseline | None,
+        first: Sequence[LevelData] = (),
+    ) -> Step:
         """Measure this level again, or move on: the minimum runs first; then again while
-        any figure is near its limit (either side), up to ``max_runs``."""
+        any figure is undecided (near its limit, or noisier than recorded), up to
+        ``max_runs``. ``first``: the measurement's C=1 runs, for the level's scaling."""
         values = level_values(name, list(runs), self.chosen(baseline))
+        values.update(scaling_values(name, list(runs), list(first)))
         return self._again(values, len(runs), baseline)
 
     def after_search(self, name: str, measurement: Measurement, baseline: Baseline | None) -> Step:
@@ -247,41 +291,42 @@ def harness_verdict(check: Check, error_s: float | None) -> Check:
 @dataclass(frozen=True)
 class Reach:
     """What a comparison with a baseline can catch: its scope in words, the spread between
-    hosts it allows for, and the smallest factor by which a figure must be worse to fail
-    (2.0: half the tok/s, twice the seconds; the median over the baseline's figures)."""
+    hosts it allows for, and the smallest drop of a figure the gate fails 95% of the time
+    (0.2: 20% fewer tok/s, or 1/0.8 times the seconds; the median over the baseline's
+    figures, their runs as noisy as recorded)."""
 
     scope: str
     host_spread: float | None
-    smallest_factor: float | None
+    detectable: float | None
 
     def describe(self) -> str:
-        if self.smallest_factor is None:
+        if self.detectable is None:
             return self.scope
-        return f"{self.scope}; fails a figure about {self.smallest_factor:.2g}x worse or more"
+        return f"{self.scope}; fails a figure {self.detectable:.0%} worse 95% of the time"
 
 
 def reach(baseline: Baseline | None, tier: Tier, policy: GatePolicy) -> Reach:
-    """The scope of the gate's comparison, and the smallest worsening it can fail."""
+    """The scope of the gate's comparison, and the smallest drop it fails 95% of the time."""
     if baseline is None or tier == "none":
         return Reach("no baseline", None, None)
     if tier == "any":
         return Reach("floors only (hardware-independent targets)", None, None)
-    rule = policy.rule(baseline, policy.max_runs)
-    factors, spreads = [], []
+    rule = policy.rule(baseline)
+    drops, spreads = [], []
     for exp in baseline.metrics.values():
         if exp.noise is None or not exp.runs:
             continue
         host = exp.host_spread(policy.another_host)
         spreads.append(host[0])
-        factors.append(
-            smallest_failing_factor(exp.noise, rule, exp.runs, exp.tolerance, exp.direction, *host)
+        drops.append(
+            detectable_drop(exp.noise, rule, exp.runs, exp.tolerance, exp.direction, *host)
         )
-    factor = statistics.median(factors) if factors else None
+    drop = round(statistics.median(drops), 4) if drops else None
     if not policy.another_host:
-        return Reach("same host", 0.0, factor)
+        return Reach("same host", 0.0, drop)
     spread = statistics.median(spreads) if spreads else DEFAULT_HOST_SIGMA
     scope = f"same hardware, another host (host-to-host spread {spread:.0%})"
-    return Reach(scope, spread, factor)
+    return Reach(scope, spread, drop)
 
 
 def choose_baseline(known: Mapping[str, Baseline], key: str) -> tuple[Baseline | None, Tier]:

@@ -34,7 +34,7 @@ from perfgate.stats import Direction
 DEFAULT_HISTORY_DIR = Path(".perfgate/history")
 CREEP_APPLIES = ("pass", "improved")  # a failing or missing figure keeps its verdict
 _EPS_PCT = 1e-9  # "more than the margin": a delta exactly at it (float noise) is not worse
-_MARKS = {"creep": "C", "regressed": "R", "untrusted": "U", "improved": "+"}
+_MARKS = {"creep": "C", "regressed": "R", "too-noisy": "N", "untrusted": "U", "improved": "+"}
 
 
 class FigurePoint(BaseModel):

@@ -38,12 +38,14 @@ BASELINE_RUN_COLOR = "#7f7f7f"
 MARKS: dict[str, dict[str, Any]] = {
     "regressed": {"marker": "X", "color": "#d62728", "s": 120},
     "untrusted": {"marker": "X", "color": "#ff7f0e", "s": 120},
+    "too-noisy": {"marker": "P", "color": "#9467bd", "s": 120},
     "missing": {"marker": "s", "facecolors": "none", "edgecolors": "#d62728", "s": 110},
     "improved": {"marker": "^", "facecolors": "none", "edgecolors": "#2ca02c", "s": 150},
 }
 MARK_LABELS = {
     "regressed": "regressed",
     "untrusted": "untrusted (timing error)",
+    "too-noisy": "too noisy to decide",
     "missing": "missing (at baseline value)",
     "improved": "improved",
 }

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import pytest
 
 from perfgate.errors import PerfgateError
+from perfgate.gate import exit_code
 from perfgate.live import Mode, ProgressView
 from perfgate.profile import DEFAULT_PROFILE, load_profile
 from perfgate.session import GateOptions, PerfgateSession
@@ -430,6 +431,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         lines.extend(perf.record_baseline())
         if perf.recording_refused and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # asked to record; wrote nothing
+    if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        no_baseline = (
+            perf.perf_selected
+            and bool(perf.hardware_key)  # the baseline was looked for
+            and perf.baseline is None
+            and not perf.update_baselines
+            and not perf.options.allow_no_baseline
+        )
+        session.exitstatus = exit_code(
+            int(session.exitstatus),
+            perf.run.checks,
+            correctness_failed=bool(perf.correctness_failures),
+            no_baseline=no_baseline,
+        )
     lines.append(f"perfgate: run JSON written to {perf.run_path}")
     lines.extend(perf.append_history())
     summaries = [Path(p) for p in (_setting(session.config, "perfgate_summary"),) if p]
@@ -463,9 +478,11 @@ def _summary_lines(perf: PerfgateSession) -> list[tuple[str, str]]:
     missing = [c for c in checks if c.verdict == "missing"]
     regressed = [c for c in checks if c.verdict == "regressed"]
     untrusted = [c for c in checks if c.verdict == "untrusted"]
+    noisy = [c for c in checks if c.verdict == "too-noisy"]
     creep = [c for c in checks if c.verdict == "creep"]
     for title, found in (
         ("REGRESSIONS", regressed),
+        ("TOO NOISY: the runs neither clear the limit nor fail it beyond noise", noisy),
         ("UNTRUSTED: the harness's timing error could flip the verdict", untrusted),
         ("CREEP: worse than the baseline run after run", creep),
         ("MISSING", missing),
@@ -482,15 +499,14 @@ def _summary_lines(perf: PerfgateSession) -> list[tuple[str, str]]:
     past = [c for c in checks if not c.failed and c.past_limit]
     if passed and perf.baseline_tier == "any":
         out.append(("yellow", floors_only_line(len(judged), checks, perf.record_command())))
-        out += [("yellow", f"  {check.message()}") for check in past]
     elif passed and past:
         out.append(
             (
                 "yellow",
-                f"all {len(judged)} baseline figures judged, none regressed beyond noise; "
-                f"{len(past)} past the limit by the median, within this run's noise (measure "
-                f"again on a quieter host to decide; {perf.baseline_tier} baseline: "
-                f"{perf.reach.describe()}):",
+                f"all {len(judged)} baseline figures judged, none regressed; {len(past)} past "
+                "the limit, passed within the spread between hosts (this host is not the "
+                f"recording's: {perf.reach.describe()}). Record a baseline on this host to "
+                f"gate them exactly: {perf.record_command()}",
             )
         )
         out += [("yellow", f"  {check.message()}") for check in past]
@@ -509,6 +525,7 @@ def _summary_lines(perf: PerfgateSession) -> list[tuple[str, str]]:
                 "yellow",
                 f"run {perf.run.status}: {len(judged)} of {total} baseline figures judged, "
                 f"{len(regressed)} regressed, {len(missing)} missing"
+                + (f", {len(noisy)} too noisy" if noisy else "")
                 + (f", {len(untrusted)} untrusted" if untrusted else "")
                 + (f", {len(creep)} creeping" if creep else ""),
             )

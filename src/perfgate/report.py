@@ -40,10 +40,11 @@ class BaselineRef(BaseModel):
     host_spread: float | None = Field(
         None, description="Spread between hosts allowed for (sd of ln; 0 on the same host)."
     )
-    smallest_factor: float | None = Field(
+    detectable: float | None = Field(
         None,
-        description="The smallest factor by which a figure must be worse to fail (2.0: half "
-        "the tok/s, twice the seconds; median over the figures).",
+        description="The smallest drop the gate fails 95% of the time, its runs as noisy as "
+        "recorded (0.2: 20% fewer tok/s, or 1/0.8 times the seconds; median over the "
+        "figures).",
     )
 
 

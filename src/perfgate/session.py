@@ -97,6 +97,28 @@ BEHIND_SCHEDULE_S = 0.010  # an open-loop level whose requests left later than t
 SLO_NAMES = tuple(f.name for f in SLO_FIGURES)  # gated whenever a profile sets [slo]
 
 
+def gate_policy(
+    profile: Profile,
+    repeats: int,
+    *,
+    abort_below: float = 0.0,
+    recording: bool = False,
+    another_host: bool = False,
+) -> GatePolicy:
+    """The gate policy of a profile's ``[gate]`` settings, ``repeats`` runs a level first."""
+    gate = profile.gate
+    return GatePolicy(
+        min_runs=repeats,
+        max_runs=max(repeats, repeats + gate.max_extra_repeats),
+        abort_below=abort_below,
+        false_failure_rate=gate.false_failure_rate,
+        retired=tuple(gate.retired),
+        recording=recording,
+        figures=tuple(gate.figures) + (SLO_NAMES if profile.slo else ()),
+        another_host=another_host,
+    )
+
+
 class PerfgateSession:
     """State of one run. Create with a validated profile; the backend starts lazily."""
 
@@ -206,15 +228,11 @@ class PerfgateSession:
     @property
     def policy(self) -> GatePolicy:
         """The gate policy from the profile's settings and the command line."""
-        gate = self.profile.gate
-        return GatePolicy(
-            min_runs=self.repeats,
-            max_runs=max(self.repeats, self.repeats + gate.max_extra_repeats),
+        return gate_policy(
+            self.profile,
+            self.repeats,
             abort_below=self.abort_below,
-            false_failure_rate=gate.false_failure_rate,
-            retired=tuple(gate.retired),
             recording=self.update_baselines,
-            figures=tuple(gate.figures) + (SLO_NAMES if self.profile.slo else ()),
             another_host=self.another_host,
         )
 
@@ -276,9 +294,7 @@ class PerfgateSession:
             run_json=str(kept) if kept and self.baseline_tier == "exact" else None,
             scope=reach.scope,
             host_spread=reach.host_spread,
-            smallest_factor=None
-            if reach.smallest_factor is None
-            else round(reach.smallest_factor, 4),
+            detectable=reach.detectable,
         )
 
     def tier_note(self) -> str:
@@ -558,7 +574,8 @@ class PerfgateSession:
                 measurement.aborted = reason
                 self.progress(f"perfgate: {reason}; stopping the sweep")
                 return "stop"
-            step = policy.after_level(name, done, self.baseline)
+            first = [d for d in measurement.levels if d.level == 1]
+            step = policy.after_level(name, done, self.baseline, first)
             if step == "repeat" and len(done) >= policy.min_runs:
                 self.progress(f"perfgate: {name} {level_name(c)} near its limit; measuring again")
             return step

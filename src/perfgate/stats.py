@@ -3,20 +3,28 @@
 The model (README "How the verdict is decided"):
 
 - The sampling unit is one run of a level. A figure gives one value per run.
-- Noise is multiplicative: ``ln(value) = ln(true) + e`` with ``e ~ N(0, sigma²)``, so sigma is
+- Noise is multiplicative: ``ln(value) = ln(true) + e``, so the spread of ln(value) is
   close to the coefficient of variation between runs.
 - The estimate of a figure from ``n`` runs is the median of the runs (one disturbed run
-  cannot move it), with standard error ``c_n sigma / √n`` (``c_n``: :data:`MEDIAN_EFFICIENCY`).
-- sigma comes from the spread recorded with the baseline, pooled with this run's own spread.
-  A run far past the figure's limit counts in that spread as :data:`CENSOR` times past it
-  (:func:`censored`): how far past does not change that it is past, and a figure that
-  fell to 0 in some runs would otherwise read as noise wide enough to pass.
-- A figure regresses when its whole interval lies past its limit; or when it is both
-  past its limit and worse than the baseline at the family-wise rate: ``d + z sigma_d < 0``
-  with ``z`` the one-sided quantile of ``false_failure_rate / figures``. That is
-  Bonferroni's bound: with limits at least as wide as the noise-derived tolerance, the
-  chance that any figure of a profile fails on noise alone is at most
-  ``false_failure_rate``.
+  cannot move it). Its interval, as printed, is Welch's: the runs' own spread (not pooled
+  with the recording's) and the baseline's own error, with Satterthwaite's degrees of
+  freedom.
+- The verdict passes only on evidence and is monotone: each bound it reads rises or
+  stays when any run improves, so worsening a run never improves a verdict.
+  - PASS: Wilcoxon's signed-rank lower bound of the runs' median (a Walsh average) clears
+    the limit at 95% whatever the width of the noise, from 5 runs; with fewer runs,
+    every run clears it. Each by the baseline's own error; and the median clears it by
+    the noise recorded with the baseline.
+  - REGRESSED: the same bound mirrored lies past the limit, or every run is past it and
+    the median's whole 95% interval (the recorded noise) too.
+  - Otherwise the level is measured again, up to the most runs; then it is TOO NOISY,
+    a failure of its own. Runs noisier than recorded are never passed on fewer than 5
+    runs: the gate measures on until their own bound decides.
+  - On another host than the recording's the limit lies further by the spread between
+    hosts (at 95%).
+- Derived tolerances are sized so that a healthy figure, its runs as noisy as recorded,
+  passes with the family-wise rate to spare; each figure's detectable drop is the
+  smallest the gate fails 95% of the time.
 """
 
 from __future__ import annotations
@@ -29,11 +37,13 @@ from functools import lru_cache
 from typing import Literal
 
 Direction = Literal["higher", "lower"]
-Verdict = Literal["pass", "improved", "regressed", "untrusted", "missing", "no-baseline", "creep"]
+Verdict = Literal[
+    "pass", "improved", "regressed", "too-noisy", "untrusted", "missing", "no-baseline", "creep"
+]
 Step = Literal["more", "done"]
 CONFIDENCE = 0.95
 VALUE_FLOOR = 1e-6  # a figure of 0 (acceptance collapsed) is taken as this, so logs exist
-CENSOR = 4.0  # a run further past its limit than this factor counts at it in the spread
+NOISIER = 0.99  # runs are noisier than recorded past this quantile of F(n - 1, recorded df)
 
 # sd(median of n normal draws) * sqrt(n) / sigma, for n = 1..20 (2e6-draw simulation,
 # benchmarks/gate_study.py --constants); 1.2533 = sqrt(pi/2) beyond.
@@ -132,6 +142,14 @@ def t_quantile(p: float, df: float) -> float:
     return (low + high) / 2
 
 
+def f_cdf(f: float, d1: float, d2: float) -> float:
+    """P(F ≤ f) for Fisher's F with (d1, d2) degrees of freedom."""
+    if f <= 0:
+        return 0.0
+    d2 = min(d2, 1e4)  # beyond, F(d1, d2) is d1·F ≈ chi²(d1) to 1e-4
+    return _incomplete_beta(d1 / 2, d2 / 2, d1 * f / (d1 * f + d2))
+
+
 # -- noise and estimates -------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Noise:
@@ -158,7 +176,11 @@ class Noise:
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
-    """A figure from n runs: the median, and a confidence interval where noise is known."""
+    """A figure from n runs: the median, and a confidence interval where noise is known.
+
+    ``noise``: the spread the interval read (the runs' own, or the recorded one for a
+    single run); ``df``: the interval's degrees of freedom (Welch-Satterthwaite's with a
+    baseline's error in it)."""
 
     median: float
     low: float | None
@@ -166,21 +188,17 @@ class Estimate:
     n: int
     noise: Noise | None
     confidence: float = CONFIDENCE
-    held: int = 0  # runs the spread counted at ``bound``, far past the limit (censored)
-    bound: float | None = None
+    df: float | None = None
+    welch: bool = False
 
     @property
     def interval(self) -> str:
         """The interval as people read it, naming what it is."""
         if self.low is None or self.high is None:
             why = "noise unknown" if self.noise is None else "a ratio interval about 0 is 0..0"
-            text = f"n={self.n}, no interval ({why})"
-        else:
-            text = f"{self.confidence:.0%} CI {self.low:.4g}..{self.high:.4g}, n={self.n}"
-        if self.held and self.bound is not None:
-            runs, at = "run" if self.held == 1 else "runs", f"{self.bound:.4g}"
-            text += f", {self.held} {runs} beyond {at} taken as {at} in the spread"
-        return text
+            return f"n={self.n}, no interval ({why})"
+        kind = f" (Welch, df {self.df:.1f})" if self.welch and self.df is not None else ""
+        return f"{self.confidence:.0%} CI {self.low:.4g}..{self.high:.4g}{kind}, n={self.n}"
 
 
 def standard_error(noise: Noise, n: int) -> float:
@@ -188,61 +206,36 @@ def standard_error(noise: Noise, n: int) -> float:
     return median_efficiency(n) * noise.sigma / math.sqrt(n)
 
 
-def censored(
-    samples: Sequence[float], worst: float, direction: Direction
-) -> tuple[list[float], float | None]:
-    """The runs as a figure's spread reads them, and the bound they were held to: a run
-    further past ``worst`` (the limit) than :data:`CENSOR` times counts at that bound.
-
-    Only the spread reads them; the median stays the runs' own. A limit of 0 or less
-    (a tolerance of 100% or more, higher is better) has no bound.
-    """
-    if worst <= 0:
-        return list(samples), None
-    if direction == "higher":
-        bound = worst / CENSOR
-        return [max(v, bound) for v in samples], bound
-    bound = worst * CENSOR
-    return [min(v, bound) for v in samples], bound
-
-
 def estimate(
     samples: Sequence[float],
     noise: Noise | None = None,
     *,
-    limit: tuple[float, Direction] | None = None,
+    baseline_error: tuple[float, float] | None = None,
 ) -> Estimate:
     """Median of runs with a t interval of the log median.
 
-    ``noise``: the spread known from elsewhere (the baseline's), pooled with the runs' own.
-    ``limit``: the figure's worst acceptable value and direction; runs far past it count
-    at :func:`censored`'s bound in the runs' own spread. Without any spread estimate
-    there is no interval, and the Estimate says so.
+    The interval reads the runs' own spread; ``noise`` (the recorded one) only where the
+    runs give none (a single run). ``baseline_error``: (sd of ln, df) of the baseline the
+    runs are compared with; the interval is then Welch's interval of the drift from the
+    baseline, with Satterthwaite's degrees of freedom, placed about the median.
     """
     if not samples:
         raise ValueError("estimate of no samples")
+    n = len(samples)
     center = median(samples)
-    spread_of, bound = censored(samples, *limit) if limit else (list(samples), None)
-    held = sum(a != b for a, b in zip(samples, spread_of, strict=True))
-    parts = [p for p in (noise, Noise.of(spread_of)) if p is not None]
-    pooled = Noise.pooled(parts)
-    if pooled is None:
-        return Estimate(center, None, None, len(samples), None)
-    if center <= 0:  # the interval is a ratio of the median: none about 0 (the verdict
-        # still reads the noise, the median taken as VALUE_FLOOR)
-        low = high = None
-    else:
-        half = t_quantile(0.5 + CONFIDENCE / 2, pooled.df) * standard_error(pooled, len(samples))
-        low, high = center * math.exp(-half), center * math.exp(half)
+    spread = Noise.of(samples) or noise
+    if spread is None:
+        return Estimate(center, None, None, n, None)
+    runs_var = standard_error(spread, n) ** 2
+    base_var, base_df = (baseline_error[0] ** 2, baseline_error[1]) if baseline_error else (0, 0)
+    df = combined_df(runs_var, spread.df, base_var, base_df) if base_var else spread.df
+    if center <= 0:  # the interval is a ratio of the median: none about 0
+        return Estimate(center, None, None, n, spread, df=df)
+    half = t_quantile(0.5 + CONFIDENCE / 2, df) * math.sqrt(runs_var + base_var)
     return Estimate(
-        center,
-        low,
-        high,
-        len(samples),
-        pooled,
-        held=held,
-        bound=bound if held else None,
-    )
+        center, center * math.exp(-half), center * math.exp(half), n, spread,
+        df=df, welch=bool(base_var),
+    )  # fmt: skip
 
 
 # -- limits and the verdict ------------------------------------------------------------
@@ -270,77 +263,138 @@ def limits(
     return worst, value * (1 - tolerance)
 
 
+@lru_cache(maxsize=64)
+def _signed_rank_cdf(n: int) -> tuple[float, ...]:
+    """P(T ≤ t), t = 0 .. n(n+1)/2, of Wilcoxon's signed-rank statistic of n runs under a
+    median exactly at the point tested (exact, by counting rank subsets)."""
+    top = n * (n + 1) // 2
+    counts = [1] + [0] * top
+    for rank in range(1, n + 1):
+        for t in range(top, rank - 1, -1):
+            counts[t] += counts[t - rank]
+    out, total = [], 0
+    for c in counts:
+        total += c
+        out.append(total / 2**n)
+    return tuple(out)
+
+
+def walsh_rank(n: int, confidence: float) -> int:
+    """The largest k whose k-th lowest Walsh average of n runs lies below the runs' median
+    with at least ``confidence`` (Wilcoxon's signed-rank bound, for noise symmetric in
+    log); 0 when none does (fewer than 5 runs at 95%)."""
+    cdf = _signed_rank_cdf(n)
+    rank = 0
+    while rank < len(cdf) and cdf[rank] <= 1 - confidence:
+        rank += 1
+    return rank
+
+
+def walsh_averages(values: Sequence[float]) -> list[float]:
+    """Every (a + b) / 2 of two runs, a run with itself included, lowest first. Each rises
+    or stays when any run rises, so every order statistic of them does too."""
+    return sorted(
+        (values[i] + values[j]) / 2 for i in range(len(values)) for j in range(i, len(values))
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Comparison:
     """One figure's runs against its baseline, in log units where higher is better."""
 
-    drift: float  # ln(measured / baseline), mirrored for lower-is-better figures
+    drift: float  # ln(median / baseline), mirrored for lower-is-better figures
     limit: float  # ln(worst acceptable / baseline), mirrored likewise (negative)
     better: float  # ln(clearly better / baseline), mirrored likewise (positive)
-    error: float | None  # standard error of drift; None when noise is unknown
-    df: float
-    host: float = 0.0  # the part of the error from the spread between hosts: more runs
-    # of this host cannot shrink it
-    past: int = 0  # runs past the limit, of ``runs``
-    runs: int = 0
+    runs: tuple[float, ...]  # each run's drift, lowest (worst) first
+    recorded: Noise | None  # the runs' noise recorded with the baseline; None: unknown
+    base_error: float = 0.0  # sd of ln of the baseline's value (its median's own error)
+    host: float = 0.0  # the spread between hosts (sd of ln), on another host than the
+    # recording's: more runs of this host cannot shrink it
+    host_df: float = math.inf
 
+    @property
+    def spread(self) -> Noise | None:
+        """The runs' own spread (sd of ln drift), None for fewer than two runs."""
+        if len(self.runs) < 2:
+            return None
+        mean = math.fsum(self.runs) / len(self.runs)
+        var = math.fsum((r - mean) ** 2 for r in self.runs) / (len(self.runs) - 1)
+        return Noise(math.sqrt(var), len(self.runs) - 1)
 
-def runs_past(samples: Sequence[float], worst: float, direction: Direction) -> int:
-    """How many runs are past the limit ``worst``."""
-    if direction == "higher":
-        return sum(v < worst for v in samples)
-    return sum(v > worst for v in samples)
+    @property
+    def error_df(self) -> float:
+        """Degrees of freedom of the baseline's own error with the spread between hosts."""
+        own = self.recorded.df if self.recorded else math.inf
+        return combined_df(self.base_error**2, own, self.host**2, self.host_df)
 
+    @property
+    def noisier(self) -> bool:
+        """Whether the runs are noisier than recorded (F test at :data:`NOISIER`)."""
+        own = self.spread
+        if own is None or self.recorded is None or self.recorded.df <= 0:
+            return False
+        if self.recorded.sigma <= 0 or own.sigma > 1e6 * self.recorded.sigma:
+            return own.sigma > 0
+        ratio = (own.sigma / self.recorded.sigma) ** 2
+        return f_cdf(ratio, own.df, self.recorded.df) > NOISIER
 
-def sign_tail(n: int, k: int) -> float:
-    """P(at least k of n runs past the limit) were the figure's median at the limit: the
-    sign test's p-value (Binomial(n, 1/2))."""
-    return sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n
+    def error(self, n: int) -> tuple[float, float]:
+        """(sd, df) of the drift of a median of n runs as noisy as recorded, with the
+        baseline's own error."""
+        assert self.recorded is not None
+        return math.sqrt(standard_error(self.recorded, n) ** 2 + self.base_error**2), (
+            self.recorded.df
+        )
+
+    def margin(self, quantile: float) -> float:
+        """How far past (or within) the limit a run must be to count: the baseline's own
+        error at one-sided ``quantile``."""
+        if self.base_error <= 0:
+            return 0.0
+        df = self.recorded.df if self.recorded else math.inf
+        return t_quantile(quantile, df) * self.base_error
+
+    def host_allowance(self, quantile: float) -> float:
+        """How much further the limit lies on another host than the recording's: the
+        spread between hosts at one-sided ``quantile`` (0 on the recording's host)."""
+        return t_quantile(quantile, self.host_df) * self.host if self.host > 0 else 0.0
 
 
 def comparison(
-    est: Estimate,
+    samples: Sequence[float],
     value: float,
     worst: float,
     better: float,
     direction: Direction,
     baseline_runs: int | None,
+    recorded: Noise | None,
     host_sigma: float = 0.0,
     host_df: float = math.inf,
-    past: int = 0,
 ) -> Comparison:
-    """Drift of an estimate from the baseline value, with its standard error.
+    """The runs' drift from the baseline value, with what the verdict needs to read it.
 
     ``baseline_runs``: how many runs the baseline's median came from (None for a
-    hand-entered target, which has no error of its own). ``host_sigma``: the spread of
-    the figure between hosts (sd of ln), for a baseline recorded on another host: the
-    baseline's value is then one host's draw, and that spread adds to the error; the
-    degrees of freedom of the sum are Welch-Satterthwaite's (:func:`combined_df`).
-    ``past``: how many of the estimate's runs are past the limit (:func:`runs_past`).
+    hand-entered target, which has no error of its own). ``recorded``: the noise recorded
+    with the baseline. ``host_sigma``: the spread of the figure between hosts (sd of ln),
+    for a baseline recorded on another host: the baseline's value is one host's draw.
     """
     sign = 1.0 if direction == "higher" else -1.0
 
     def log_ratio(x: float) -> float:
         return sign * math.log(max(x, VALUE_FLOOR) / value)
 
-    error = None
-    df = math.inf
-    if est.noise is not None:
-        variance = median_efficiency(est.n) ** 2 / est.n
-        if baseline_runs:
-            variance += median_efficiency(baseline_runs) ** 2 / baseline_runs
-        runs_part = est.noise.sigma**2 * variance
-        error = math.sqrt(runs_part + host_sigma**2)
-        df = combined_df(runs_part, est.noise.df, host_sigma**2, host_df)
+    base_error = 0.0
+    if recorded is not None and baseline_runs:
+        base_error = standard_error(recorded, baseline_runs)
     return Comparison(
-        log_ratio(est.median),
+        log_ratio(median(samples)),
         log_ratio(worst),
         log_ratio(better),
-        error,
-        df,
+        tuple(sorted(log_ratio(v) for v in samples)),
+        recorded,
+        base_error,
         host_sigma,
-        past,
-        est.n,
+        host_df,
     )
 
 
@@ -348,10 +402,10 @@ def comparison(
 class Rule:
     """How sure the gate must be before it decides.
 
-    - ``near``: one-sided confidence that a figure is clearly on one side of its limit
-      before the gate stops measuring it;
+    - ``near``: one-sided confidence of each bound the verdict reads (the signed-rank
+      bounds, the baseline's own error);
     - ``false_failure_rate``: family-wise: the chance that noise alone fails any of
-      ``figures`` figures of one profile;
+      ``figures`` figures of one profile (derived tolerances are sized for it);
     - ``min_runs`` and ``max_runs``: runs of a level before any verdict, and at most.
     """
 
@@ -368,11 +422,12 @@ class Rule:
 
 
 def combined_df(runs_var: float, runs_df: float, host_var: float, host_df: float) -> float:
-    """Welch-Satterthwaite degrees of freedom of a sum of two variance estimates: the
-    runs' noise (``runs_df``) and the spread between hosts (``host_df``; infinite for a
-    stated default). With no spread between hosts it is the runs' df."""
+    """Welch-Satterthwaite degrees of freedom of a sum of two variance estimates (the
+    second's df infinite for a stated default). With no second part it is the first's."""
     if host_var <= 0:
         return runs_df
+    if runs_var <= 0:
+        return host_df
     terms = (runs_var**2 / runs_df if runs_df > 0 else math.inf) + (
         host_var**2 / host_df if host_df > 0 else math.inf
     )
@@ -381,105 +436,236 @@ def combined_df(runs_var: float, runs_df: float, host_var: float, host_df: float
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """A verdict, whether more runs are wanted, and why."""
+    """A verdict, whether more runs are wanted, and why; ``low`` and ``high``: the bounds
+    the verdict read (log drift, higher is better), where there are any."""
 
     verdict: Verdict
     step: Step
     why: str
+    low: float | None = None
+    high: float | None = None
+
+
+def bounds(cmp: Comparison, rule: Rule) -> tuple[float, float]:
+    """(low, high): the bounds of the figure's drift a verdict reads, each rising or
+    staying when any run improves. Low is Wilcoxon's signed-rank lower bound of the runs'
+    median at ``rule.near`` (the k-th lowest Walsh average; the lowest run with fewer than
+    5 runs) less the baseline's own error, and no higher than the median less its
+    recorded noise. High mirrors it."""
+    walsh = walsh_averages(cmp.runs)
+    k = max(1, walsh_rank(len(cmp.runs), rule.near))
+    margin = cmp.margin(rule.near)
+    low, high = walsh[k - 1] - margin, walsh[len(walsh) - k] + margin
+    if cmp.recorded is not None:
+        sd, df = cmp.error(len(cmp.runs))
+        half = t_quantile(rule.near, df) * sd
+        low, high = min(low, cmp.drift - half), max(high, cmp.drift + half)
+    return low, high
+
+
+def _percent(log_value: float) -> str:
+    return f"{math.expm1(log_value):+.0%}"
 
 
 def decide(cmp: Comparison, n: int, rule: Rule) -> Decision:
     """The verdict of a comparison after n runs, or a request for more runs.
 
-    - REGRESSED when the drift's whole interval (:data:`CONFIDENCE`, two-sided) lies past
-      the limit, whatever the family: the limit is the limit. Or when so many of the runs
-      are past the limit that a median at the limit would rarely give as many (the sign
-      test at ``rule.near``): no spread enters it, so runs further past the limit can
-      never turn it into a pass. Or else when both past the limit (clearly, or by the
-      point estimate once no more runs are allowed) and worse than the baseline at the
-      family-wise rate.
-    - More runs are asked for while the figure is near its limit, in either direction,
-      and only while they can narrow its error: once the runs' part of the error is no
-      larger than the spread between hosts (``cmp.host``), the verdict is final.
-    - With no noise estimate at all (one run, hand-entered baseline) only the point
-      estimate can be judged, and the reason says so.
+    - REGRESSED when so many runs are past the limit (beyond the baseline's own error
+      and the spread between hosts) that a median at the limit would rarely give as many
+      (the sign test at ``rule.near``); or when every run is, and the median's whole
+      interval (:data:`CONFIDENCE`, the recorded noise) lies past it: the limit is the
+      limit, whatever the family. (The family-wise rate sizes derived tolerances.)
+    - PASS (IMPROVED past the better limit) when the low bound (:func:`bounds`) clears
+      the limit. Runs noisier than recorded pass only once their number alone decides
+      (5 or more at 95%): before, the gate measures again.
+    - Otherwise more runs, up to ``rule.max_runs``; then TOO NOISY: the runs neither
+      clear the limit nor are past it beyond noise.
+
+    Every rule reads bounds that rise or stay when any run improves: worsening a run
+    never improves the verdict (``tests/unit/test_stats.py``).
     """
-    d, limit = cmp.drift, cmp.limit
-    if cmp.past * 2 > cmp.runs and sign_tail(cmp.runs, cmp.past) <= 1 - rule.near:
-        why = f"{cmp.past} of {cmp.runs} runs past the limit (sign test)"
-        return Decision("regressed", "done", why)
-    if cmp.error is None:
-        if n < rule.min_runs:
-            return Decision("pass", "more", "fewer runs than the minimum")
-        verdict: Verdict = "regressed" if d < limit else "improved" if d > cmp.better else "pass"
-        return Decision(verdict, "done", "judged on the point estimate: noise unknown")
-    se = cmp.error
-    z_near = t_quantile(rule.near, cmp.df)
-    z_family = t_quantile(1 - rule.per_figure_rate, cmp.df)
-    significant = d + z_family * se < 0
-    beyond = d + z_near * se < limit
-    wholly_past = d + t_quantile(0.5 + CONFIDENCE / 2, cmp.df) * se < limit
-    within = d - z_near * se > limit
-    runs_part = math.sqrt(max(0.0, se * se - cmp.host * cmp.host))
-    final = n >= rule.max_runs or (cmp.host > 0 and runs_part <= cmp.host)
-    noise = "noise and the spread between hosts" if cmp.host > 0 else "noise"
-    if wholly_past:
-        why = f"its whole {CONFIDENCE:.0%} interval past the limit, beyond {noise}"
-        return Decision("regressed", "done", why)
-    if n < rule.min_runs and not (beyond and significant):
-        return Decision("pass", "more", "fewer runs than the minimum")
-    if beyond and significant:
-        return Decision("regressed", "done", f"past the limit, beyond {noise}")
-    if within:
-        improved = d - z_near * se > cmp.better
-        return Decision("improved" if improved else "pass", "done", "clearly within the limit")
+    runs = cmp.runs
+    limit = cmp.limit - cmp.host_allowance(rule.near)
+    low, high = bounds(cmp, rule)
+    past = sum(r < limit - cmp.margin(rule.near) for r in runs)
+    beyond = "beyond noise and the spread between hosts" if cmp.host > 0 else "beyond noise"
+
+    def done(verdict: Verdict, why: str) -> Decision:
+        return Decision(verdict, "done", why, low, high)
+
+    rank = walsh_rank(n, rule.near)
+    if rank:
+        walsh = walsh_averages(runs)
+        if walsh[len(walsh) - rank] < limit - cmp.margin(rule.near):
+            why = f"{past} of {n} runs past the limit, and their signed-rank bound, {beyond}"
+            return done("regressed", why)
+    if past == n:
+        if cmp.recorded is None:
+            return done("regressed", f"every run past the limit (n={n}; noise unknown)")
+        sd, df = cmp.error(n)
+        if cmp.drift + t_quantile(0.5 + CONFIDENCE / 2, df) * sd < limit:
+            why = f"every run past the limit, and the median's whole {CONFIDENCE:.0%} interval"
+            return done("regressed", f"{why}, {beyond}")
+    if n < rule.min_runs:
+        return Decision("pass", "more", "fewer runs than the minimum", low, high)
+    final = n >= rule.max_runs
+    cleared = f"the runs' signed-rank bound (n={n})" if rank else "every run"
+    if low > limit:
+        if cmp.noisier and not rank and not final:
+            why = "clears the limit, but the runs are noisier than recorded: measuring again"
+            return Decision("pass", "more", why, low, high)
+        improved = low > cmp.better
+        why = f"{cleared} clears the {'better limit' if improved else 'limit'}"
+        if cmp.host > 0 and low <= cmp.limit:
+            why += " widened by the spread between hosts (another host than the recording's)"
+        return done("improved" if improved else "pass", why)
     if not final:
-        return Decision("pass", "more", "near the limit: measuring again")
-    if d < limit and significant:
-        return Decision("regressed", "done", f"past the limit after the most runs, beyond {noise}")
-    if d < limit:
-        return Decision("pass", "done", f"past the limit by the point estimate, within {noise}")
-    return Decision("pass", "done", "near the limit after the most runs")
+        return Decision("pass", "more", "near the limit: measuring again", low, high)
+    return done("too-noisy", too_noisy_why(cmp, n, past, limit))
+
+
+def too_noisy_why(cmp: Comparison, n: int, past: int, limit: float) -> str:
+    """Why a figure is TOO NOISY, and what to do."""
+    within = sum(r > limit for r in cmp.runs)
+    own, rec = cmp.spread, cmp.recorded
+    spread = f"the runs' spread {own.sigma:.1%}" if own else "one run"
+    if rec is not None:
+        spread += f" (recorded {rec.sigma:.1%}{': noisier than recorded' if cmp.noisier else ''})"
+    return (
+        f"too noisy to decide after {n} runs: {within} of {n} within the limit, {past} past it "
+        f"beyond noise; {spread}. Measure on a quieter host, allow more runs "
+        "(gate.max_extra_repeats), or record a looser tolerance on purpose (--perf-tolerance)"
+    )
+
+
+_STANDARD_NORMAL = statistics.NormalDist()
+
+
+def _above(threshold: float, drift: float, noise: Noise) -> float:
+    """The chance that one run of a figure whose true drift is ``drift`` lies above
+    ``threshold`` (log units), its noise as recorded: normal, with the recorded sigma
+    widened to the t distribution's sd at the recording's degrees of freedom."""
+    widen = math.sqrt(noise.df / (noise.df - 2)) if noise.df > 4 else math.sqrt(2)
+    sigma = noise.sigma * widen
+    if sigma <= 0:
+        return 1.0 if drift > threshold else 0.0
+    return _STANDARD_NORMAL.cdf(max(-40.0, min(40.0, (drift - threshold) / sigma)))
+
+
+def _signed_rank_pass(n: int, drift: float, threshold: float, noise: Noise, rule: Rule) -> float:
+    """About the chance that the signed-rank lower bound of n runs clears ``threshold``:
+    the Hodges-Lehmann estimate has sd sigma·√(π/3n) for normal noise, and the bound lies
+    a t quantile of that below it."""
+    sd = noise.sigma * math.sqrt(math.pi / (3 * n))
+    if sd <= 0:
+        return 1.0 if drift > threshold else 0.0
+    z = (drift - threshold - t_quantile(rule.near, n - 1) * sd) / sd
+    return _STANDARD_NORMAL.cdf(max(-40.0, min(40.0, z)))
+
+
+def _pass_at_looks(drift: float, threshold: float, noise: Noise, rule: Rule) -> float:
+    """About the chance of passing at some look: every run above ``threshold`` at the
+    first look (exact), or the signed-rank bound above it at a later look. The later
+    looks share their runs, so their union is taken as the likeliest of them (checked
+    by simulation: ``tests/unit/test_stats.py``)."""
+    first = max(1, rule.min_runs)
+    early = 0.0 if walsh_rank(first, rule.near) else _above(threshold, drift, noise) ** first
+    later = [
+        _signed_rank_pass(n, drift, threshold, noise, rule)
+        for n in range(first, rule.max_runs + 1)
+        if walsh_rank(n, rule.near)
+    ]
+    return min(1.0, early + max(later, default=0.0))
+
+
+def _normal_grid(points: int = 41, reach: float = 5.0) -> tuple[tuple[float, float], ...]:
+    """(node, weight) pairs of a standard normal on an even grid over ±``reach`` sd: a
+    fine grid, as the chance it averages is a steep step in the shift."""
+    step = 2 * reach / (points - 1)
+    nodes = [-reach + i * step for i in range(points)]
+    weights = [math.exp(-x * x / 2) for x in nodes]
+    total = math.fsum(weights)
+    return tuple((x, w / total) for x, w in zip(nodes, weights, strict=True))
+
+
+_NORMAL_NODES = _normal_grid()
+_COARSE_NODES = _normal_grid(21, 4.5)  # enough where the shift is no wider than the noise
+
+
+def pass_chance(
+    drift: float, limit: float, noise: Noise, margin: float, rule: Rule, base_error: float = 0.0
+) -> float:
+    """About the chance that a figure whose true drift is ``drift`` passes
+    against ``limit`` (log units, higher is better), its runs as noisy as recorded: the
+    union over the looks (:func:`_pass_at_looks`) of its bound clearing the limit,
+    averaged over the baseline's own error (``base_error``, sd of ln: a baseline that
+    read high moves every run's drift down alike)."""
+    total = 0.0
+    nodes = _NORMAL_NODES if base_error > noise.sigma else _COARSE_NODES
+    for node, weight in nodes if base_error > 0 else ((0.0, 1.0),):
+        total += weight * _pass_at_looks(drift - node * base_error, limit + margin, noise, rule)
+    return total
+
+
+def _relative(log_limit: float, direction: Direction) -> float:
+    """A log limit (negative, higher is better) as a relative tolerance."""
+    return -math.expm1(log_limit) if direction == "higher" else math.expm1(-log_limit)
 
 
 def derived_tolerance(
     noise: Noise, rule: Rule, baseline_runs: int, floor: float, direction: Direction
 ) -> float:
-    """The relative tolerance recording derives from measured noise.
-
-    It is the smallest drift the gate can tell from noise at the family-wise rate after
-    its most runs, ``z sigma √(c²_N/N + c²_b/b)`` in log units, and never below ``floor``.
-    """
+    """The relative tolerance recording derives from measured noise: the narrowest limit
+    a healthy figure, its runs as noisy as recorded, still passes at its most runs with
+    the family-wise rate to spare (its signed-rank bound above the limit by the
+    baseline's own error, and the median by its noise), never below ``floor``."""
     n = rule.max_runs
-    variance = median_efficiency(n) ** 2 / n + median_efficiency(baseline_runs) ** 2 / baseline_runs
-    z = t_quantile(1 - rule.per_figure_rate, noise.df)
-    log_tol = z * noise.sigma * math.sqrt(variance)
-    relative = 1 - math.exp(-log_tol) if direction == "higher" else math.exp(log_tol) - 1
-    return max(floor, round(relative, 4))
+    rate = rule.per_figure_rate
+    cmp = Comparison(0.0, 0.0, 0.0, (0.0,), noise, standard_error(noise, baseline_runs))
+    margin = cmp.margin(rule.near)
+    sd, df = cmp.error(n)
+    low, high = 0.0, 50 * noise.sigma + 1.0
+    for _ in range(30):
+        mid = (low + high) / 2
+        if walsh_rank(n, rule.near):
+            misses = 1 - _signed_rank_pass(n, 0.0, -mid + margin, noise, rule)
+        else:
+            misses = 1 - _above(-mid + margin, 0.0, noise) ** n
+        if misses <= rate and mid >= (t_quantile(rule.near, df) + t_quantile(1 - rate, df)) * sd:
+            high = mid
+        else:
+            low = mid
+    return max(floor, round(_relative(-high, direction), 4))
 
 
-def smallest_failing_factor(
+@lru_cache(maxsize=4096)
+def detectable_drop(
     noise: Noise,
     rule: Rule,
-    baseline_runs: int,
+    baseline_runs: int | None,
     tolerance: float,
     direction: Direction,
     host_sigma: float = 0.0,
     host_df: float = math.inf,
+    confidence: float = 0.95,
 ) -> float:
-    """The smallest factor by which a figure is worse (2.0: half the tok/s, or twice the
-    seconds) whose runs the gate fails after its most runs: past the limit beyond noise,
-    and worse than the baseline at the family-wise rate (:func:`decide`). A figure worse
-    by this factor fails about half the time; by a smaller one, rarely."""
-    n = rule.max_runs
-    variance = median_efficiency(n) ** 2 / n + median_efficiency(baseline_runs) ** 2 / baseline_runs
-    runs_part = noise.sigma**2 * variance
-    se = math.sqrt(runs_part + host_sigma**2)
-    df = combined_df(runs_part, noise.df, host_sigma**2, host_df)
+    """The smallest drop (0.3: 30% fewer tok/s, or 1/(1-0.3) times the seconds) the gate
+    fails at least ``confidence`` of the time with its runs as noisy as recorded: its
+    chance to pass (:func:`pass_chance`) is at most the rest. On another host
+    (``host_sigma``) the limit lies further by the spread between hosts, and this host's
+    own difference is drawn from it."""
     worst, _ = limits(1.0, tolerance, direction)
-    limit = -abs(math.log(max(worst, VALUE_FLOOR)))
-    log_factor = max(
-        -limit + t_quantile(rule.near, df) * se,
-        t_quantile(1 - rule.per_figure_rate, df) * se,
-    )
-    return math.exp(log_factor)
+    base = standard_error(noise, baseline_runs) if baseline_runs else 0.0
+    cmp = Comparison(0.0, 0.0, 0.0, (0.0,), noise, base, host_sigma, host_df)
+    limit = math.log(max(worst, VALUE_FLOOR)) * (1 if direction == "higher" else -1)
+    limit -= cmp.host_allowance(rule.near)
+    spread = math.sqrt(base**2 + host_sigma**2)
+    low, high = limit - 50 * noise.sigma - 1.0, 0.0  # drift caught .. drift missed
+    margin = cmp.margin(rule.near)
+    for _ in range(18):
+        mid = (low + high) / 2
+        if pass_chance(mid, limit, noise, margin, rule, spread) <= 1 - confidence:
+            low = mid
+        else:
+            high = mid
+    return round(-math.expm1(low), 4)

@@ -20,6 +20,7 @@ MARKS = {
     "pass": "✅ pass",
     "improved": "✅ improved",
     "regressed": "❌ regressed",
+    "too-noisy": "❌ too noisy",
     "untrusted": "⚠️ untrusted",
     "missing": "❌ missing",
     "creep": "❌ creep",
@@ -84,7 +85,7 @@ def _headline(run: RunRecord) -> str:
         counts: dict[str, int] = {}
         for check in failed:
             counts[check.verdict] = counts.get(check.verdict, 0) + 1
-        parts = [f"{n} {verdict}" for verdict, n in counts.items()]
+        parts = [f"{n} {verdict.replace('-', ' ')}" for verdict, n in counts.items()]
         what = f"{run.status}" + (f": {', '.join(parts)} of {len(checks)} figures" if parts else "")
     return f"### {mark} perfgate `{name}`: {what}"
 
@@ -95,9 +96,8 @@ def _provenance(run: RunRecord) -> str:
     if run.baseline is not None:
         scope = f" ({run.baseline.scope})" if run.baseline.scope else ""
         parts.append(f"{run.baseline.tier} baseline `{run.baseline.path}`{scope}")
-        if run.baseline.smallest_factor is not None:
-            factor = run.baseline.smallest_factor
-            parts.append(f"fails a figure about {factor:.2g}x worse or more")
+        if run.baseline.detectable is not None:
+            parts.append(f"fails a figure {run.baseline.detectable:.0%} worse 95% of the time")
     if run.git_commit:
         parts.append(f"commit `{run.git_commit[:12]}`")
     parts += [f"perfgate {run.perfgate_version}", run.created_at]

@@ -1,8 +1,12 @@
 """The gate policy on synthetic runs: abort, measure again, judge every figure, record."""
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from perfgate.baseline import build_baseline
 from perfgate.figures import run_values
 from perfgate.gate import GatePolicy
+from perfgate.metrics import Measurement
 from perfgate.stats import Rule
 from tests.synthetic import level_run, measurement
 
@@ -189,3 +193,69 @@ def test_a_timing_figure_the_harness_error_could_flip_is_untrusted():
     assert judged(0.2, 0.002)["sweep.c4.ttft_s"].verdict == "regressed"
     near_past = judged(0.106, 0.002)["sweep.c4.ttft_s"]  # 1 ms past the 105 ms limit
     assert near_past.verdict == "untrusted" and "past its limit" in near_past.why
+
+
+def test_the_exit_code_names_the_most_serious_failure():
+    """pytest's own codes (interrupted, usage) stand; else correctness, then a regression,
+    then a missing figure or no baseline, then too noisy; a clean run exits 0."""
+    from perfgate.baseline import Check
+    from perfgate.gate import GateExit, exit_code
+
+    def checks(*verdicts: str) -> list[Check]:
+        return [Check(key=f"sweep.c{i + 1}.agg_tok_s", verdict=v) for i, v in enumerate(verdicts)]
+
+    def code(status: int, *verdicts: str, correctness=False, no_baseline=False) -> int:
+        return exit_code(
+            status, checks(*verdicts), correctness_failed=correctness, no_baseline=no_baseline
+        )
+
+    assert code(0, "pass", "improved") == GateExit.PASSED == 0
+    assert code(1, "pass", "too-noisy") == GateExit.TOO_NOISY == 10
+    assert code(1, "too-noisy", "missing") == GateExit.MISSING == 11
+    assert code(1, "pass", no_baseline=True) == GateExit.MISSING
+    assert code(1, "too-noisy", "regressed", "missing") == GateExit.REGRESSED == 1
+    assert code(1, "untrusted") == code(1, "creep") == GateExit.REGRESSED
+    assert code(1, "regressed", correctness=True) == GateExit.CORRECTNESS == 12
+    assert code(1, "pass") == 1  # another test failed: pytest's own code
+    assert code(2, "regressed") == 2 and code(4) == 4  # interrupted; a usage error
+
+
+SEVERITY = {"improved": 0, "pass": 1, "too-noisy": 2, "regressed": 3}
+
+
+@given(
+    st.lists(st.floats(40, 200), min_size=1, max_size=10),
+    st.lists(st.floats(40, 200), min_size=1, max_size=10),
+    st.integers(0, 19),
+    st.floats(0.05, 0.95),
+    st.booleans(),
+)
+@settings(max_examples=150, deadline=None)
+def test_worsening_any_run_never_improves_any_verdict_of_the_whole_policy(
+    at_c1, at_c2, index, factor, another_host
+):
+    """GatePolicy.judge, every figure of a sweep (aggregate and per-request tok/s, TTFT, at
+    C=1 and C=2) against a recorded baseline: one run slowed by any factor (tok/s down,
+    TTFT up alike) never judges any figure better, on this host or another. (The scaling
+    figure, a ratio to C=1, is not in a recorded baseline: slower C=1 runs are better
+    scaling by its definition.)"""
+    base = recorded()
+    policy = GatePolicy(another_host=another_host)
+    runs = {1: at_c1, 2: at_c2}
+    c = 1 if index < len(at_c1) or not at_c2 else 2
+    i = index % len(runs[c])
+
+    def judged(slow: float) -> dict[str, str]:
+        m = Measurement()
+        for level, values in runs.items():
+            m.levels += [
+                level_run(level, v * (slow if (level, j) == (c, i) else 1.0),
+                          0.1 / (slow if (level, j) == (c, i) else 1.0), repeat=j)
+                for j, v in enumerate(values)
+            ]  # fmt: skip
+        checks = policy.judge({"sweep": m}, base, {"sweep": [1, 2]}).checks
+        return {ch.key: ch.verdict for ch in checks if ch.verdict in SEVERITY}
+
+    before, after = judged(1.0), judged(factor)
+    for key, verdict in before.items():
+        assert SEVERITY[after[key]] >= SEVERITY[verdict], (key, verdict, after[key])
