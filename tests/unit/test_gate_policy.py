@@ -210,6 +210,8 @@ def test_the_exit_code_names_the_most_serious_failure():
         )
 
     assert code(0, "pass", "improved") == GateExit.PASSED == 0
+    # a verdict decides the code even where pytest itself saw no failure
+    assert code(0, "too-noisy") == 10 and code(0, "creep") == code(0, "untrusted") == 1
     assert code(1, "pass", "too-noisy") == GateExit.TOO_NOISY == 10
     assert code(1, "too-noisy", "missing") == GateExit.MISSING == 11
     assert code(1, "pass", no_baseline=True) == GateExit.MISSING
@@ -259,3 +261,88 @@ def test_worsening_any_run_never_improves_any_verdict_of_the_whole_policy(
     before, after = judged(1.0), judged(factor)
     for key, verdict in before.items():
         assert SEVERITY[after[key]] >= SEVERITY[verdict], (key, verdict, after[key])
+
+
+def test_another_host_passes_a_figure_within_the_spread_between_hosts_and_says_so():
+    """A healthy server on a host 30% slower than the recording's: on the recording's host
+    the tok/s figures past the 25% limit cannot pass (another host is how it can be
+    this slow and healthy); judged as another host, the limit lies further by the spread
+    between hosts (20% at 95%) and they pass. The same runs measured again as the
+    policy asks: on the recording's host the level is measured again, on another not."""
+    base = build_baseline(
+        "p", "h", run_values({"sweep": measurement({1: NOISY})}), None, {}, Rule(3, 10),
+        min_tolerance=0.25,
+    ).baseline  # fmt: skip
+    slow = [v * 0.7 for v in NOISY[:5]]
+    m = {"sweep": measurement({1: slow})}
+    here = {c.key: c.verdict for c in GatePolicy().judge(m, base, {"sweep": [1]}).checks}
+    there = {
+        c.key: c.verdict
+        for c in GatePolicy(another_host=True).judge(m, base, {"sweep": [1]}).checks
+    }
+    assert here["sweep.c1.agg_tok_s"] in ("too-noisy", "regressed"), here
+    assert there["sweep.c1.agg_tok_s"] == "pass", there
+    runs = [level_run(1, v * 0.75, repeat=i) for i, v in enumerate(NOISY[:3])]  # at the limit
+    assert GatePolicy(max_runs=10).after_level("sweep", runs, base) == "repeat"
+    assert GatePolicy(max_runs=10, another_host=True).after_level("sweep", runs, base) == "next"
+
+
+def test_a_small_family_is_still_measured_up_to_the_most_runs():
+    """The rule's most runs are the policy's, whatever the number of figures: a figure near
+    its limit in a one-figure baseline is measured again past 3 runs, up to 10."""
+    base = recorded()
+    key = "sweep.c1.agg_tok_s"
+    one = base.model_copy(
+        update={"metrics": {"sweep.c1.agg_tok_s": base.metrics["sweep.c1.agg_tok_s"]}}
+    )
+    edge = 100.0 * (1 - one.metrics["sweep.c1.agg_tok_s"].tolerance)
+    policy = GatePolicy(min_runs=3, max_runs=10)
+    near = [level_run(1, edge * f, repeat=i) for i, f in enumerate((0.99, 1.01, 1.0, 1.0))]
+    assert policy.after_level("sweep", near, one) == "repeat"
+    assert policy.rule(one).max_runs == 10 and policy.rule(one, 4).max_runs == 4
+    # judged once no more runs come (4 here, in a baseline of 12 figures): final
+    m = {"sweep": measurement({1: [edge * f for f in (0.99, 1.01, 1.0, 1.0)]})}
+    checks = {c.key: c for c in policy.judge(m, base, {"sweep": [1]}).checks}
+    assert checks[key].verdict == "too-noisy", checks[key].message()
+
+
+def test_no_more_runs_without_a_baseline_or_while_recording():
+    """With no baseline, or while recording one, a level stops at its minimum runs, even
+    where a baseline figure sits near its limit."""
+    base = recorded()
+    edge = 100.0 * (1 - base.metrics["sweep.c1.per_request_tok_s"].tolerance)
+    near = [level_run(1, edge * f, repeat=i) for i, f in enumerate((0.99, 1.01, 1.0))]
+    assert GatePolicy().after_level("sweep", near, base) == "repeat"
+    assert GatePolicy().after_level("sweep", near, None) == "next"
+    assert GatePolicy(recording=True).after_level("sweep", near, base) == "next"
+
+
+def test_the_scaling_target_is_measured_again_while_undecided():
+    """The any tier's scaling target (C=2 at least 1.1x C=1 here) is read while measuring:
+    a C=2 level whose scaling sits at its target is measured again, one clearly above it
+    is not; without the C=1 runs there is no scaling to read."""
+    from perfgate.baseline import Baseline, Expectation
+
+    target = Baseline(
+        schema_version=2, profile="p", hardware="any",
+        metrics={"sweep.c2.scaling": Expectation(value=1.1, tolerance=0.0, direction="higher")},
+    )  # fmt: skip
+    first = [level_run(1, 10.0, repeat=i) for i in range(3)]
+    at = [level_run(2, 10.0 * 1.1 / 2 * f, repeat=i) for i, f in enumerate((0.98, 1.03, 1.0))]
+    clear = [level_run(2, 10.0 * 1.6 / 2, repeat=i) for i in range(3)]
+    policy = GatePolicy()
+    assert policy.after_level("sweep", at, target, first) == "repeat"
+    assert policy.after_level("sweep", clear, target, first) == "next"
+    assert policy.after_level("sweep", at, target) == "next"  # no C=1 runs: nothing to read
+
+
+def test_missing_figures_keep_their_baseline_value_and_tok_s_is_never_untrusted():
+    base = recorded()
+    sweep = measurement({1: NOISY[:3]}, harness_lag_s=100.0)  # later than tok/s's margin
+    verdicts = GatePolicy().judge({"sweep": sweep}, base, PLANNED)
+    missing = {c.key: c for c in verdicts.of("missing")}
+    key = "sweep.c2.agg_tok_s"
+    assert missing[key].baseline == base.metrics[key].value
+    checks = {c.key: c for c in verdicts.checks}
+    assert checks["sweep.c1.agg_tok_s"].verdict == "pass"  # not a timing figure
+    assert checks["sweep.c1.ttft_s"].verdict == "untrusted"  # a timing figure

@@ -324,3 +324,40 @@ def test_runs_further_past_the_limit_never_buy_a_pass(key, most, worst):
         check = compare(key, runs, exp, rule)[0]
         assert check.verdict == "regressed", (runs, check)
     assert "8 of 8 runs past the limit" in compare(key, worse, exp, rule)[0].why
+
+
+def test_a_run_within_the_baselines_own_error_of_the_limit_is_not_counted_past_it():
+    """Runs count as past the limit only beyond the baseline's own error (its median from
+    8 runs at 10% noise: a margin of ~7%). Two runs far past and one just past, within
+    that margin: not every run is past, so not regressed at 3 runs (too noisy); the same
+    at 5 runs, where the highest run is the signed-rank bound. One more run far past
+    instead regresses."""
+    rule3, rule5 = Rule(3, 3, 12), Rule(3, 5, 12)
+    noise = Noise(0.1, 40)
+    just_past = 100.0 * (1 - 0.25) * 0.98  # 2% past a 25% limit: within the ~7% margin
+    for runs, rule in (([40.0, 40.0, just_past], rule3), ([40.0] * 4 + [just_past], rule5)):
+        d = judge(runs, 100.0, 0.25, noise=noise, rule=rule)
+        assert d.verdict == "too-noisy", (runs, d)
+        worse = [*runs[:-1], 40.0]
+        assert judge(worse, 100.0, 0.25, noise=noise, rule=rule).verdict == "regressed"
+
+
+def test_runs_noisier_than_recorded_pass_only_once_their_own_bound_decides():
+    """Recorded noise 2%; three runs 30% apart all clear a 50% limit: noisier than
+    recorded, so the gate measures again rather than pass on 3 runs; at 5 runs their own
+    signed-rank bound decides, and they pass. Runs as noisy as recorded pass at 3."""
+    noise, rule = Noise(0.02, 40), Rule(3, 10, 12)
+    wide = [80.0, 100.0, 125.0]
+    first = judge(wide, 100.0, 0.5, noise=noise, rule=rule)
+    assert first.step == "more" and "noisier than recorded" in first.why, first
+    then = judge([*wide, 95.0, 105.0], 100.0, 0.5, noise=noise, rule=rule)
+    assert (then.verdict, then.step) == ("pass", "done"), then
+    steady = judge([99.0, 100.0, 101.0], 100.0, 0.5, noise=noise, rule=rule)
+    assert (steady.verdict, steady.step) == ("pass", "done"), steady
+
+
+def test_a_figure_clearly_better_than_its_tolerance_is_improved():
+    noise = Noise(0.03, 40)
+    assert judge([150.0, 152.0, 149.0], 100.0, 0.1, noise=noise).verdict == "improved"
+    assert judge([104.0, 105.0, 103.0], 100.0, 0.1, noise=noise).verdict == "pass"
+    assert judge([60.0, 61.0, 59.0], 100.0, 0.1, "lower", noise).verdict == "improved"
