@@ -33,6 +33,7 @@ from pydantic import BaseModel, Field
 
 from perfgate.baseline import write_json_atomic
 from perfgate.errors import PerfgateError
+from perfgate.gate import GateExit
 from perfgate.launch.lifeline import lifeline
 from perfgate.profile import Profile
 from perfgate.report import RunRecord
@@ -325,12 +326,20 @@ def _record(entry: FleetEntry, outcome: GateOutcome, output_dir: Path) -> None:
         entry.headline = markdown_summary(run).splitlines()[0].removeprefix("### ")
     if outcome.exit_code == 0:
         entry.status = "passed"
-    elif outcome.exit_code == 1:
-        entry.status, entry.why = "failed", "the gate failed (see its run JSON and log)"
+    elif outcome.exit_code in GATE_FAILURES:
+        what = GATE_FAILURES[outcome.exit_code]
+        entry.status, entry.why = "failed", f"the gate failed: {what} (see its run JSON and log)"
     else:
         entry.status = "error"
         entry.why = f"pytest exited {outcome.exit_code} (see {log})"
 
+
+GATE_FAILURES = {  # pytest -m perf's exit codes of a failed gate (README "Verdicts")
+    GateExit.REGRESSED: "regressed",
+    GateExit.TOO_NOISY: "too noisy",
+    GateExit.MISSING: "a figure missing, or no baseline",
+    GateExit.CORRECTNESS: "correctness",
+}
 
 MARKS = {
     "passed": "✅",

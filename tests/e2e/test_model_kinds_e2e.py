@@ -106,7 +106,7 @@ def test_instruct_model_with_a_wrong_chat_template_fails_known_answers(tmp_path)
         f'metrics = true, chat-template = "{gemma_turns}" }}',
     )
     code, out = perfgate_run("correctness", profile, tmp_path / "o", "-k", "known_answer")
-    assert code == 1, out[-4000:]
+    assert code == 12, out[-4000:]  # a correctness failure's own exit code
     assert "known answers:" in out and "right (minimum 80%)" in out
     assert "FAILED suites/correctness/test_smoke.py::test_known_answer[0]" in out
 
@@ -133,7 +133,7 @@ def test_reasoning_parser_off_fails_the_reasoning_check_saying_so(tmp_path):
         'reasoning-format = "none"',
     )
     code, out = perfgate_run("correctness", profile, tmp_path / "o", "-k", "reasoning")
-    assert code == 1, out[-4000:]
+    assert code == 12, out[-4000:]  # a correctness failure's own exit code
     assert "no reasoning text (checked fields: reasoning, reasoning_content)" in out
     assert "think tags leaked into the content (reasoning parser off?)" in out
 
