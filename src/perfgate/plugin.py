@@ -407,6 +407,8 @@ def pytest_runtest_makereport(
             session.correctness_failures.append(item.nodeid)
         if item.get_closest_marker("usability") and item.nodeid not in session.unusable:
             session.unusable.append(item.nodeid)
+        if report.when == "call":  # the check ran: not a server that never answered
+            session.answered_wrongly = True
     return report
 
 
@@ -442,7 +444,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = exit_code(
             int(session.exitstatus),
             perf.run.checks,
-            correctness_failed=bool(perf.correctness_failures),
+            correctness_failed=perf.answered_wrongly,
             no_baseline=no_baseline,
         )
     lines.append(f"perfgate: run JSON written to {perf.run_path}")

@@ -184,6 +184,7 @@ class PerfgateSession:
         self.backend_error: BackendError | None = None
         self._gpu: GpuSampler | str | None = None  # the NVML sampler, or why none (once known)
         self.unusable: list[str] = []  # correctness failures that make perf meaningless
+        self.answered_wrongly = False  # a correctness check ran and failed (exit 12)
         self.perf_selected = False  # whether this session runs perf tests (set by the plugin)
         self.prompt_source = PromptSource(
             profile,

@@ -135,7 +135,7 @@ def test_end_of_sequence_check_fails_when_the_model_names_another_eos(servers_be
         timeout=900,
     )
     out = result.stdout + result.stderr
-    assert result.returncode == 1, out[-4000:]
+    assert result.returncode == 12, out[-4000:]  # a correctness failure exit code
     assert (
         "FAILED suites/correctness/test_smoke.py::test_finish_reason_stop_at_end_of_sequence" in out
     )
