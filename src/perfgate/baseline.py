@@ -25,6 +25,7 @@ from perfgate.errors import BaselineError
 from perfgate.figures import BY_NAME, parse_key
 from perfgate.stats import (
     Direction,
+    Estimate,
     Noise,
     Rule,
     Verdict,
@@ -249,18 +250,7 @@ def compare(
     figure = parse_key(key).figure
     if expectation is None:
         est = estimate(values)
-        check = Check(
-            key=key,
-            measured=est.median,
-            low=est.low,
-            high=est.high,
-            interval=est.interval,
-            samples=est.n,
-            verdict="no-baseline",
-            direction=figure.direction,
-            unit=figure.unit,
-        )
-        return check, False
+        return _check(key, est, est.interval, "no-baseline", figure.direction, figure.unit), False
     exp = expectation
     worst, better = limits(
         exp.value, exp.tolerance, exp.direction, floor=exp.floor, ceiling=exp.ceiling
@@ -274,23 +264,45 @@ def compare(
     if (own := cmp.spread) is not None and exp.noise is not None:
         noisier = ": noisier than recorded" if cmp.noisier else ""
         interval += f"; runs' spread {own.sigma:.1%}, recorded {exp.noise.sigma:.1%}{noisier}"
-    check = Check(
+    check = _check(
+        key,
+        est,
+        interval,
+        decision.verdict,
+        exp.direction,
+        exp.unit,
+        why=decision.why,
+        baseline=exp.value,
+        tolerance=exp.tolerance,
+        limit=worst,
+        delta_pct=(est.median - exp.value) / exp.value * 100.0,
+    )
+    return check, decision.step == "more"
+
+
+def _check(
+    key: str,
+    est: Estimate,
+    interval: str,
+    verdict: Verdict,
+    direction: Direction,
+    unit: str,
+    **judged: object,
+) -> Check:
+    """A check of an estimate: its median and interval, the verdict, and (``judged``) the
+    baseline figures it was judged against."""
+    return Check(
         key=key,
         measured=est.median,
         low=est.low,
         high=est.high,
         interval=interval,
         samples=est.n,
-        verdict=decision.verdict,
-        why=decision.why,
-        baseline=exp.value,
-        tolerance=exp.tolerance,
-        limit=worst,
-        direction=exp.direction,
-        unit=exp.unit,
-        delta_pct=(est.median - exp.value) / exp.value * 100.0,
+        verdict=verdict,
+        direction=direction,
+        unit=unit,
+        **judged,
     )
-    return check, decision.step == "more"
 
 
 def field_errors(exc: ValidationError) -> str:

@@ -457,10 +457,6 @@ def lower_bound(cmp: Comparison, rule: Rule) -> float:
     return low
 
 
-def _percent(log_value: float) -> str:
-    return f"{math.expm1(log_value):+.0%}"
-
-
 def decide(cmp: Comparison, n: int, rule: Rule) -> Decision:
     """The verdict of a comparison after n runs, or a request for more runs.
 
