@@ -1,3 +1,10 @@
-"""Root conftest: loads perfgate's fixture modules, nothing else."""
+"""Root conftest of perfgate's repository. The suites' fixtures ship in the wheel as
+perfgate.fixtures (from fixtures/), and the plugin registers them wherever perfgate is
+configured; naming them here too lets a reader of the repository find them."""
 
-pytest_plugins = ["fixtures.backend", "fixtures.client", "fixtures.recorder", "fixtures.gate"]
+pytest_plugins = [
+    "perfgate.fixtures.backend",
+    "perfgate.fixtures.client",
+    "perfgate.fixtures.recorder",
+    "perfgate.fixtures.gate",
+]

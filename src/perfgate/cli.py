@@ -1,8 +1,9 @@
-"""``perfgate`` command: list profiles, show baselines, re-render a run from its JSON."""
+"""``perfgate`` command: gate a profile, list profiles, show baselines, re-render a run."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -86,7 +87,7 @@ def _baseline_show(args: argparse.Namespace) -> int:
     if not baselines:
         print(
             f"no baseline for {args.profile} under {args.baselines_dir}/; record one with "
-            f"`pytest -m perf --perf-profile {args.profile} --perf-update-baselines`"
+            f"`perfgate run {args.profile} --perf-update-baselines`"
         )
         return 1
     for hardware, baseline in baselines.items():
@@ -208,7 +209,7 @@ def _history(args: argparse.Namespace) -> int:
     if not entries:
         print(
             f"no history for {args.profile}: nothing in {path}. Each finished "
-            f"`pytest -m perf --perf-profile {args.profile}` run appends its figures there "
+            f"`perfgate run {args.profile}` run appends its figures there "
             "(keep the directory between CI jobs: cache or commit it)."
         )
         return 1
@@ -296,10 +297,91 @@ def _fleet(args: argparse.Namespace) -> int:
     return 0
 
 
+RUN_USAGE = """usage: perfgate run [PROFILE] [PYTEST_ARGS ...]
+
+Gate PROFILE (profiles/PROFILE.toml here, or a TOML path; default: the only profile in
+profiles/): perfgate's correctness suite, then its performance suite, judged against
+baselines/. Baselines, run JSON (.perfgate/) and the history are written in this directory.
+The same as: pytest --pyargs perfgate.suites -m perf --perf-profile PROFILE [PYTEST_ARGS]
+
+examples:
+  perfgate run mine --perf-base-url http://127.0.0.1:8000 --perf-update-baselines
+  perfgate run mine --perf-base-url http://127.0.0.1:8000
+exit codes: 0 passed, 1 regressed or failed, 10 too noisy, 11 missing baseline or figure,
+12 a correctness check failed (README "Exit codes")"""
+
+
+def run_command(args: Sequence[str], here: Path) -> list[str]:
+    """The pytest command line that ``perfgate run ARGS`` executes from ``here``."""
+    command = [sys.executable, "-m", "pytest", "--pyargs", "perfgate.suites", "-m", "perf"]
+    rest = list(args)
+    if rest and not rest[0].startswith("-"):
+        command.append(f"--perf-profile={rest.pop(0)}")
+    if (here / "profiles").is_dir() and not any(a.startswith("--rootdir") for a in rest):
+        command.append(f"--rootdir={here}")  # this directory's profiles, not a parent's
+    return command + rest
+
+
+def _run(args: Sequence[str]) -> int:
+    """``perfgate run``: pytest takes over this process (its exit code, its signals)."""
+    if args[:1] in (["-h"], ["--help"]):
+        print(RUN_USAGE)
+        return 0
+    command = run_command(args, Path.cwd())
+    sys.stdout.flush()
+    os.execv(command[0], command)
+
+
+def _init(args: argparse.Namespace) -> int:
+    """Ask the server at --perf-base-url what it is; write a profile for it."""
+    import os
+
+    from perfgate.discover import probe_server, write_profile
+
+    headers = {}
+    if args.api_key_env:
+        key = os.environ.get(args.api_key_env)
+        if not key:
+            print(f"perfgate init: ${args.api_key_env} is not set (--api-key-env)", file=sys.stderr)
+            return 2
+        headers["Authorization"] = f"Bearer {key}"
+    facts = probe_server(args.perf_base_url, headers)
+    path = write_profile(
+        facts, Path(args.profiles_dir), args.name, args.api_key_env, force=args.force
+    )
+    told = ", ".join(f"{what} from {where}" for what, where in facts.sources.items())
+    print(f"perfgate init: wrote {path}: {facts.engine} {facts.version}, model {facts.model}")
+    print(f"  told by the server: {told}")
+    for item in facts.unknown:
+        print(f"  FILL IN: {item}")
+    print("  check the lines marked FILL IN, then record a baseline:")
+    print(f"  perfgate run {path.stem} --perf-base-url {facts.base_url} --perf-update-baselines")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     parser = argparse.ArgumentParser(prog="perfgate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser(
+        "run",
+        help="gate a profile from this directory: both suites, against baselines/ "
+        "(perfgate run --help)",
+        add_help=False,
+    )
+    i = sub.add_parser(
+        "init", help="write a profile for a running server, from what it tells about itself"
+    )
+    i.add_argument("--perf-base-url", required=True, metavar="URL", help="the running server")
+    i.add_argument("--name", help="the profile's name (default: ENGINE-MODEL)")
+    i.add_argument("--profiles-dir", default="profiles")
+    i.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="the environment variable that holds the server's API key",
+    )
+    i.add_argument("--force", action="store_true", help="replace an existing profile")
+    i.set_defaults(func=_init)
     p = sub.add_parser("profiles", help="list the profiles")
     p.add_argument("--profiles-dir", default="profiles")
     p.set_defaults(func=_profiles)
@@ -416,6 +498,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["run"]:
+        return _run(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

@@ -15,13 +15,27 @@ from typing import Any, Literal
 
 import pytest
 
+import perfgate.suites
 from perfgate.errors import PerfgateError
 from perfgate.gate import exit_code
 from perfgate.live import Mode, ProgressView
-from perfgate.profile import DEFAULT_PROFILE, load_profile
+from perfgate.profile import DEFAULT_PROFILE, default_profile, load_profile
 from perfgate.session import GateOptions, PerfgateSession
 from perfgate.summary import floors_only_line
 
+# The suites' fixtures, registered where perfgate is configured (not in other projects'
+# pytest runs: their own fixtures named client or backend stay theirs)
+FIXTURE_MODULES = (
+    "perfgate.fixtures.backend",
+    "perfgate.fixtures.client",
+    "perfgate.fixtures.recorder",
+    "perfgate.fixtures.gate",
+)
+NOT_CONFIGURED = (
+    "perfgate is not configured here: no profiles/ directory under the rootdir. Run from "
+    "the directory that holds profiles/NAME.toml (perfgate init --perf-base-url URL writes "
+    "one), or pass --perf-profile path/to/profile.toml"
+)
 SESSION_KEY = pytest.StashKey["PerfgateSession | None"]()
 SUMMARY_KEY = pytest.StashKey[list[str]]()
 
@@ -33,7 +47,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="perfgate_profile",
         default=None,
         metavar="NAME",
-        help=f"profile name in profiles/ or a TOML path (default {DEFAULT_PROFILE})",
+        help=f"profile name in profiles/ or a TOML path (default {DEFAULT_PROFILE}, or the "
+        "only profile in profiles/)",
     )
     group.addoption(
         "--perf-base-url",
@@ -141,7 +156,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type="bool",
         default=False,
     )
-    parser.addini("perfgate_profile", "default profile", default=DEFAULT_PROFILE)
+    parser.addini(
+        "perfgate_profile",
+        f"default profile (else {DEFAULT_PROFILE} where profiles/ has it, else its only one)",
+        default="",
+    )
     parser.addini("perfgate_profiles_dir", "profiles directory", default="profiles")
     parser.addini("perfgate_baselines_dir", "baselines directory", default="baselines")
     for name, (help_text, kind) in INI_SETTINGS.items():
@@ -342,7 +361,8 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     output = _setting(config, "perfgate_output") or str(root / ".perfgate")
     try:
-        profile = load_profile(chosen or config.getini("perfgate_profile"), profiles_dir)
+        name = chosen or config.getini("perfgate_profile") or default_profile(profiles_dir)
+        profile = load_profile(name, profiles_dir)
         session = PerfgateSession(
             profile,
             root=root,
@@ -358,6 +378,8 @@ def pytest_configure(config: pytest.Config) -> None:
     except PerfgateError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from exc
     config.stash[SESSION_KEY] = session
+    for module in FIXTURE_MODULES:
+        config.pluginmanager.import_plugin(module)
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # so servers get stopped
 
@@ -366,16 +388,17 @@ def get_session(config: pytest.Config) -> PerfgateSession:
     """The run's session; fails the test clearly where perfgate is not configured."""
     session = config.stash.get(SESSION_KEY, None)
     if session is None:
-        pytest.fail(
-            "perfgate is not configured here: no profiles/ directory under the "
-            "rootdir; pass --perf-profile path/to/profile.toml",
-            pytrace=False,
-        )
+        pytest.fail(NOT_CONFIGURED, pytrace=False)
     return session
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Correctness tests run first: no speed is reported for a backend that answers wrongly."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Correctness tests run first: no speed is reported for a backend that answers wrongly.
+    perfgate's own suites, collected where perfgate is not configured, are refused."""
+    if config.stash.get(SESSION_KEY, None) is None:
+        suites = Path(perfgate.suites.__file__).parent
+        if any(item.path.is_relative_to(suites) for item in items):
+            raise pytest.UsageError(NOT_CONFIGURED)
     items.sort(key=lambda item: 0 if item.get_closest_marker("correctness") else 1)
 
 

@@ -752,6 +752,16 @@ def available_profiles(profiles_dir: Path) -> list[str]:
     return sorted(p.stem for p in profiles_dir.glob("*.toml"))
 
 
+def default_profile(profiles_dir: Path) -> str:
+    """The profile a run takes when none is named: the embedded default where the directory
+    holds it, else the directory's only profile (several: the default's name, so loading it
+    lists them all)."""
+    names = available_profiles(profiles_dir)
+    if DEFAULT_PROFILE not in names and len(names) == 1:
+        return names[0]
+    return DEFAULT_PROFILE
+
+
 def load_profile(name_or_path: str, profiles_dir: Path) -> Profile:
     """Load a profile by name (``profiles_dir/NAME.toml``) or by path to a TOML file."""
     candidate = Path(name_or_path)

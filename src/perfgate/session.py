@@ -265,9 +265,7 @@ class PerfgateSession:
         """The command that records a baseline for this profile here."""
         extra = f" --perf-base-url {self.base_url}" if self.base_url else ""
         hw = f" --perf-hardware {self.hardware_key}" if self.options.hardware else ""
-        return (
-            f"pytest -m perf --perf-profile {self.profile.name}{extra}{hw} --perf-update-baselines"
-        )
+        return f"perfgate run {self.profile.name}{extra}{hw} --perf-update-baselines"
 
     def resolve_baseline(self, hardware: dict[str, object]) -> None:
         """Pick the baseline for the serving host's hardware: the exact key, else the

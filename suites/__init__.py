@@ -1,0 +1,1 @@
+"""perfgate's suites: correctness first, then performance (`perfgate run PROFILE`)."""

@@ -1,0 +1,1 @@
+"""The performance suite: single-request speed and the concurrency sweep, gated."""
