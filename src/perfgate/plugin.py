@@ -475,6 +475,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     summaries = [Path(p) for p in (_setting(session.config, "perfgate_summary"),) if p]
     if github := os.environ.get("GITHUB_STEP_SUMMARY"):
         summaries.append(Path(github))
+    summaries = list(dict.fromkeys(p.resolve() for p in summaries))  # each file once
     lines.extend(
         perf.write_reports(
             summary_paths=summaries,

@@ -3,6 +3,10 @@ well-formed body, invalid ones get a 4xx that says why, and the server stays hea
 
 import httpx
 import pytest
+
+pytest.importorskip(
+    "hypothesis", reason="the API fuzz check needs hypothesis: pip install 'perfgate[fuzz]'"
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

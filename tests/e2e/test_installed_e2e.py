@@ -4,7 +4,9 @@ outside the repository. There `perfgate init --perf-base-url URL` writes the onl
 from what a real llama.cpp server (SmolLM2 Instruct) tells about itself; the user fills in
 the lines it marks; `perfgate run` records a baseline there, passes the same server, and
 fails it slowed for real: one slot instead of four, so requests at C=4 queue (TTFT about
-4x). Baselines, run JSON and the history are written in that directory."""
+4x). Baselines, run JSON and the history are written in that directory. The venv has
+only perfgate's core dependencies: no extra (docker, pytest-benchmark, hypothesis, plots)
+is needed to gate."""
 
 from __future__ import annotations
 
@@ -45,6 +47,9 @@ def installed(tmp_path_factory) -> Path:
     venv.create(base / "venv", with_pip=True)
     python = base / "venv" / "bin" / "python"
     sh(python, "-m", "pip", "install", "-q", wheel, "pytest-base-url>=2.1")
+    optional = ("docker", "hypothesis", "pytest_benchmark", "pytest_asyncio", "matplotlib")
+    found = f"import importlib.util as u; print([m for m in {optional!r} if u.find_spec(m)])"
+    assert sh(python, "-c", found).strip() == "[]"  # the gate runs on the core install alone
     return base / "venv" / "bin"
 
 

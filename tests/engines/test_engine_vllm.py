@@ -5,7 +5,10 @@ attached to `vllm serve --api-key` with --perf-base-url."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
+import sys
 
 from tests.helpers import (
     ROOT,
@@ -68,8 +71,16 @@ def test_vllm_profile_end_to_end(servers_before, tmp_path, monkeypatch):
             "no:cacheprovider",
             timeout=1500,
         )
+        initialized = init_and_gate(backend.base_url, tmp_path / "my-service")
     finally:
         owner.stop_backend()
+    init_out, gate_out, project = initialized
+    assert "perfgate init: wrote profiles/vllm-init.toml: vllm 0.32" in init_out, init_out
+    written = (project / "profiles" / "vllm-init.toml").read_text()
+    assert 'engine = "vllm"  # from /metrics (vllm:*)' in written
+    assert 'api_key_env = "VLLM_API_KEY"' in written and VLLM_KEY not in written
+    assert "gemma" in written and "FILL IN" in written
+    assert "1 passed" in gate_out, gate_out[-4000:]
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-6000:]
     assert "perfgate: vllm 0.32" in out  # /version, printed once ready
@@ -95,6 +106,43 @@ def test_vllm_profile_end_to_end(servers_before, tmp_path, monkeypatch):
     assert [p for p in written if VLLM_KEY.encode() in p.read_bytes()] == []
     assert VLLM_KEY not in out
     assert not (owned_server_pids() - servers_before)
+
+
+def init_and_gate(base_url: str, project) -> tuple[str, str, object]:
+    """`perfgate init` on the keyed vLLM server from a user's directory, then the profile
+    it wrote gates that server (`perfgate run`, the sweep, a short workload filled in,
+    gated by a floor): its output, the run's, and the directory."""
+    project.mkdir()
+    init = [sys.executable, "-m", "perfgate.cli", "init", f"--perf-base-url={base_url}"]
+    done = subprocess.run(
+        [*init, "--api-key-env=VLLM_API_KEY", "--name=vllm-init"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    profile = project / "profiles" / "vllm-init.toml"
+    text = profile.read_text()
+    for told, filled in {
+        "input_len = 128": "input_len = 32",
+        "output_len = 64": "output_len = 8",
+        "rounds = 3": "rounds = 1",
+        "repeats = 3 ": "repeats = 1 ",
+    }.items():
+        text = text.replace(told, filled)
+    text = re.sub(r"levels = \[[^]]*\]", "levels = [1, 2]", text)
+    profile.write_text(text)
+    run = [sys.executable, "-m", "perfgate.cli", "run", "vllm-init", f"--perf-base-url={base_url}"]
+    gate = subprocess.run(
+        [*run, "-k", "test_concurrency_sweep", floor_baselines(profile)],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert gate.returncode == 0, (gate.stdout + gate.stderr)[-6000:]
+    return done.stdout, gate.stdout, project
 
 
 def test_end_of_sequence_check_fails_when_the_model_names_another_eos(servers_before, tmp_path):

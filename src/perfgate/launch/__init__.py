@@ -19,7 +19,13 @@ def launch(profile: Profile, engine: Engine, log_dir: Path, *, owner: str) -> Ba
     if profile.launcher == "process":
         backend = launch_process(profile, engine, log_dir, owner=owner)
     elif profile.launcher == "docker":
-        from perfgate.launch.docker import launch_docker  # the docker SDK loads only here
+        try:
+            from perfgate.launch.docker import launch_docker  # the docker SDK loads only here
+        except ImportError as exc:
+            raise BackendError(
+                f"profile {profile.name} starts its server with docker, which needs the "
+                f"docker SDK ({exc.name} is not installed): pip install 'perfgate[docker]'"
+            ) from exc
 
         backend = launch_docker(profile, engine, log_dir, owner=owner)
     elif profile.launcher == "ssh":
