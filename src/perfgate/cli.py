@@ -118,7 +118,9 @@ def _compare(args: argparse.Namespace) -> int:
         f"NEW {args.new}: {new.engine} {new.engine_version}, profile "
         f"{new.profile.get('name')}, {new.created_at}"
     )
-    if old.profile.get("workload") != new.profile.get("workload"):
+    if "imported" in (old.launcher, new.launcher):
+        print("note: an imported run keeps no workload: check that both ran the same one")
+    elif old.profile.get("workload") != new.profile.get("workload"):
         print("warning: the two runs used different workloads; figures may not be comparable")
     gate = old.profile.get("gate") or {}
     repeats = int(gate.get("repeats", 3))
@@ -332,6 +334,71 @@ def _run(args: Sequence[str]) -> int:
     os.execv(command[0], command)
 
 
+def _import(args: argparse.Namespace) -> int:
+    """Peers' result files as one perfgate run JSON (and, asked, a profile's baseline)."""
+    from perfgate.importing import imported_run
+
+    paths = [Path(p) for p in args.files]
+    name = args.profile or args.name or paths[0].stem
+    run = imported_run(paths, name, args.format, args.concurrency, args.hardware or "")
+    out = Path(args.out) if args.out else paths[0].with_name(f"{paths[0].stem}.perfgate.json")
+    run.write(out)
+    for kind, measurement in run.measurements.items():
+        for level, runs in measurement.by_concurrency().items():
+            m = runs[-1].metrics
+            print(
+                f"  {kind} {level}: {len(runs)} run(s); last: {m.ok} ok, {m.fail} failed, "
+                f"agg {m.agg_tok_s:.2f} tok/s, TTFT p50 {m.ttft_s.p50 or 0:.4f} s"
+            )
+    print(f"perfgate import: run JSON written to {out} (perfgate report/compare read it)")
+    if args.update_baselines:
+        return _record_imported(args, run, out)
+    return 0
+
+
+def _record_imported(args: argparse.Namespace, run: RunRecord, out: Path) -> int:
+    """Record the imported run as ``--profile``'s baseline for ``--hardware``."""
+    from perfgate import __version__
+    from perfgate.baseline import baseline_path, save_baseline
+    from perfgate.launch.hardware import describe_local_hardware
+    from perfgate.session import gate_policy
+
+    if not args.profile:
+        print("perfgate import: --update-baselines needs --profile NAME", file=sys.stderr)
+        return 2
+    profile = load_profile(args.profile, Path(args.profiles_dir))
+    local = describe_local_hardware()  # the imported server is taken to have run here,
+    # unless --hardware names another host's key
+    hardware = args.hardware or str(local.get("key") or profile.hardware)
+    host_id = "" if args.hardware else str(local.get("host_id") or "")
+    path = baseline_path(Path(args.baselines_dir), profile.name, hardware)
+    kept = path.with_suffix(".run.json.gz")
+    previous = load_profile_baselines(Path(args.baselines_dir), profile.name).get(hardware)
+    policy = gate_policy(profile, profile.gate.record_repeats, recording=True)
+    recorded = build_baseline(
+        profile.name,
+        hardware,
+        run_values(run.measurements, policy.chosen(previous)),
+        previous,
+        rule=policy.rule(None),
+        min_tolerance=profile.gate.min_tolerance,
+        host_id=host_id,
+        provenance={
+            "perfgate_version": __version__,
+            "imported_from": [str(p) for p in args.files],
+            "engine": run.engine,
+            "model": profile.model.name,
+            "hardware": {"key": hardware},
+            "run_json": str(kept),
+        },
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    run.write_compressed(kept)
+    save_baseline(path, recorded.baseline)
+    print(f"perfgate import: baseline written to {path} ({len(recorded.baseline.metrics)} figures)")
+    return 0
+
+
 def _init(args: argparse.Namespace) -> int:
     """Ask the server at --perf-base-url what it is; write a profile for it."""
     import os
@@ -382,6 +449,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     i.add_argument("--force", action="store_true", help="replace an existing profile")
     i.set_defaults(func=_init)
+    im = sub.add_parser(
+        "import",
+        help="peers' results as perfgate run JSON: `vllm bench serve --save-result "
+        "--save-detailed` JSON, AIPerf's profile_export.jsonl (several files: several runs)",
+    )
+    im.add_argument("files", nargs="+", metavar="FILE")
+    im.add_argument("--out", help="the run JSON to write (default FILE.perfgate.json)")
+    im.add_argument("--format", choices=["vllm", "aiperf"], help="default: from the content")
+    im.add_argument("--name", help="the run's profile name (default --profile, else FILE)")
+    im.add_argument(
+        "--concurrency",
+        type=int,
+        help="AIPerf: the concurrency it ran at (default: the most requests in flight at once)",
+    )
+    im.add_argument("--profile", help="with --update-baselines: the profile to record for")
+    im.add_argument(
+        "--update-baselines",
+        action="store_true",
+        help="record the imported runs as the profile's baseline for --hardware",
+    )
+    im.add_argument("--hardware", help="the hardware key (default: this machine's)")
+    im.add_argument("--profiles-dir", default="profiles")
+    im.add_argument("--baselines-dir", default="baselines")
+    im.set_defaults(func=_import)
     p = sub.add_parser("profiles", help="list the profiles")
     p.add_argument("--profiles-dir", default="profiles")
     p.set_defaults(func=_profiles)

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.helpers import (
     ROOT,
@@ -143,6 +144,112 @@ def init_and_gate(base_url: str, project) -> tuple[str, str, object]:
     )
     assert gate.returncode == 0, (gate.stdout + gate.stderr)[-6000:]
     return done.stdout, gate.stdout, project
+
+
+def perfgate_cli(*args: str, cwd=ROOT, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "perfgate.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_vllm_bench_serve_results_import_compare_and_gate(servers_before, tmp_path):
+    """The real `vllm bench serve --save-result --save-detailed`, against a real vLLM
+    server, twice at C=1 and twice at C=2 (the profile's workload: 64 tokens in, 32 out,
+    2 rounds a level): `perfgate import` reads the four files as two runs of each level;
+    its figures agree with perfgate's own run of the same server (`perfgate compare`
+    within 50%: two runs minutes apart on a shared CPU; the exact agreement with vLLM's
+    own summary of the same requests is tests/unit/test_importing.py's); recorded as the
+    profile's baseline (`--update-baselines`), they gate perfgate's next run, which passes."""
+    python = require_vllm()
+    from perfgate.engines import VLLM
+    from perfgate.profile import load_profile
+    from perfgate.session import PerfgateSession
+
+    profile = load_profile("vllm-cpu-gemma3-270m", ROOT / "profiles")
+    owner = PerfgateSession(
+        profile,
+        root=ROOT,
+        baselines_dir=tmp_path / "none",
+        output_dir=tmp_path / "own",
+        progress=lambda _: None,
+    )
+    copied = tmp_path / "vllm-cpu-gemma3-270m.toml"
+    copied.write_text((ROOT / "profiles" / copied.name).read_text())
+    try:
+        url = owner.start_backend().base_url
+        files = []
+        for concurrency in (1, 2):
+            for repeat in (1, 2):
+                name = f"vllm-c{concurrency}-{repeat}.json"
+                command = [python, str(Path(__file__).with_name("vllm_bench.py"))]
+                command += ["--backend", "openai", "--base-url", url]
+                command += ["--endpoint", "/v1/completions", "--model", "gemma-3-270m"]
+                command += ["--tokenizer", str(VLLM().prepare_model(profile))]
+                command += ["--dataset-name", "random", "--random-input-len", "64"]
+                command += ["--random-output-len", "32", "--ignore-eos", "--seed"]
+                command += [f"{repeat}{concurrency}", "--num-prompts", str(2 * concurrency)]
+                command += ["--max-concurrency", str(concurrency), "--save-result"]
+                command += ["--save-detailed", "--result-dir", str(tmp_path)]
+                command += ["--result-filename", name]
+                bench = subprocess.run(
+                    command,
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                    check=False,
+                )
+                assert bench.returncode == 0, (bench.stdout + bench.stderr)[-4000:]
+                files.append(str(tmp_path / name))
+        own = perfgate_cli(
+            "run",
+            "vllm-cpu-gemma3-270m",
+            f"--perf-base-url={url}",
+            "-k",
+            "test_concurrency_sweep",
+            floor_baselines(copied),  # gated by a floor: no timing of another host or day
+            f"--perf-output={tmp_path / 'own-run'}",
+        )
+        assert own.returncode == 0, (own.stdout + own.stderr)[-4000:]
+        imported = tmp_path / "imported.json"
+        baselines = tmp_path / "baselines"
+        done = perfgate_cli("import", *files, f"--out={imported}", "--profile=vllm-cpu-gemma3-270m")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "sweep 1: 2 run(s)" in done.stdout and "sweep 2: 2 run(s)" in done.stdout
+        own_run = runs_in(tmp_path / "own-run")[-1]
+        compared = perfgate_cli("compare", str(own_run), str(imported), "--tolerance=0.5")
+        assert compared.returncode == 0, compared.stdout + compared.stderr
+        for key in ("sweep.c1.agg_tok_s", "sweep.c2.ttft_s", "sweep.c2.per_request_tok_s"):
+            assert re.search(rf"^{re.escape(key)} .*\| PASS$", compared.stdout, re.M), key
+        recorded = perfgate_cli(
+            "import",
+            *files,
+            f"--out={imported}",
+            "--profile=vllm-cpu-gemma3-270m",
+            "--update-baselines",
+            f"--baselines-dir={baselines}",
+        )
+        assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+        assert "baseline written to" in recorded.stdout and "(6 figures)" in recorded.stdout
+        gated = perfgate_cli(
+            "run",
+            "vllm-cpu-gemma3-270m",
+            f"--perf-base-url={url}",
+            "-k",
+            "test_concurrency_sweep",
+            f"--override-ini=perfgate_baselines_dir={baselines}",
+            f"--perf-output={tmp_path / 'gated'}",
+        )
+    finally:
+        owner.stop_backend()
+    out = gated.stdout + gated.stderr
+    assert gated.returncode == 0, out[-6000:]
+    assert "all 6 baseline figures judged, all within tolerance (exact baseline: same host" in out
+    assert not (owned_server_pids() - servers_before)
 
 
 def test_end_of_sequence_check_fails_when_the_model_names_another_eos(servers_before, tmp_path):
