@@ -9,7 +9,7 @@ four in ten conversations have two or three turns, each resending the history.
 
     python scripts/make_conversations.py [--count 100] [--out PATH]
 
-Nothing is downloaded; the file is ShareGPT-style JSONL (README "Workloads").
+Nothing is downloaded; the file is ShareGPT-style JSONL (docs/workloads.md).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ MAX_TOLERANCE = 10.0
 # The spread of a figure between hosts (and days) of one hardware key, as sd of ln, where
 # a baseline has not measured its own on MIN_HOST_DF host-to-host differences. Measured on
 # this project's 2-core AVX-512 CI hosts: healthy servers ran 8-38% off the recording of
-# another host (README, "Another host of the same key"). Never 0.
+# another host (docs/baselines.md, "Another host of the same key"). Never 0.
 DEFAULT_HOST_SIGMA = 0.2
 MIN_HOST_DF = 4
 

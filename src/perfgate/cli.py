@@ -310,7 +310,7 @@ examples:
   perfgate run mine --perf-base-url http://127.0.0.1:8000 --perf-update-baselines
   perfgate run mine --perf-base-url http://127.0.0.1:8000
 exit codes: 0 passed, 1 regressed or failed, 10 too noisy, 11 missing baseline or figure,
-12 a correctness check failed (README "Exit codes")"""
+12 a correctness check failed (docs/verdicts.md, "Exit codes")"""
 
 
 def run_command(args: Sequence[str], here: Path) -> list[str]:

@@ -226,7 +226,7 @@ def profile_toml(
         f'prompt_style = "{"chat" if facts.chat else "completion"}"'
         + ("" if facts.chat else "  # FILL IN: a base model without a chat template"),
         "# FILL IN: the shares below suit a capable model; calibrate them on your model's",
-        "# real answers (README 'Correctness checks'). A base model that never ends on its",
+        "# real answers (docs/correctness.md). A base model that never ends on its",
         "# own needs eos_token_id and eos_logit_bias.",
         "known_answers_min = 1.0  # FILL IN: share of known-answer prompts it must get right",
         "code_tasks = true        # FILL IN: false for a model too small to write code",

@@ -334,7 +334,7 @@ def _record(entry: FleetEntry, outcome: GateOutcome, output_dir: Path) -> None:
         entry.why = f"pytest exited {outcome.exit_code} (see {log})"
 
 
-GATE_FAILURES = {  # pytest -m perf's exit codes of a failed gate (README "Verdicts")
+GATE_FAILURES = {  # pytest -m perf's exit codes of a failed gate (docs/verdicts.md)
     GateExit.REGRESSED: "regressed",
     GateExit.TOO_NOISY: "too noisy",
     GateExit.MISSING: "a figure missing, or no baseline",

@@ -1,6 +1,6 @@
 """Pure functions from request records to metrics. Every figure is defined here, once.
 
-Definitions (also in the README):
+Definitions (also in docs/metrics.md):
 
 - **output tokens** of a request: ``usage.completion_tokens`` from the server; where a
   server sends no usage, the number of token-bearing chunks.

@@ -252,7 +252,7 @@ class WorkloadSpec(_Strict):
 
 class Slo(_Strict):
     """Service levels a request must meet to count as good; goodput counts those
-    (README 'Service levels and goodput')."""
+    (docs/workloads.md)."""
 
     ttft_s: float | None = Field(None, gt=0, description="Most seconds to the first token.")
     tpot_s: float | None = Field(
@@ -269,7 +269,7 @@ class Slo(_Strict):
 
 class CapacitySpec(_Strict):
     """The capacity search: the highest request rate or concurrency at which at least
-    ``target`` of the requests meet the profile's service levels (README 'Capacity')."""
+    ``target`` of the requests meet the profile's service levels (docs/workloads.md)."""
 
     by: Literal["rate", "concurrency"] = Field(
         "concurrency",
@@ -304,7 +304,7 @@ class CapacitySpec(_Strict):
 
 
 class FleetSpec(_Strict):
-    """Where ``perfgate fleet`` may run this profile on a Ray cluster (README 'Fleets')."""
+    """Where ``perfgate fleet`` may run this profile on a Ray cluster (docs/fleet.md)."""
 
     resources: dict[str, float] = Field(
         default_factory=dict,
@@ -431,7 +431,7 @@ class CorrectnessSpec(_Strict):
 
 
 class GateSpec(_Strict):
-    """How figures are judged against the baseline (README "How the verdict is decided")."""
+    """How figures are judged against the baseline (docs/verdicts.md)."""
 
     repeats: int = Field(
         3, ge=1, description="Runs of each level before a verdict (--perf-repeats)."
@@ -473,7 +473,7 @@ class GateSpec(_Strict):
     figures: list[str] = Field(
         default_factory=list,
         description="Figures to gate besides the default ones, by name, e.g. ttft_p99_s, "
-        "latency_p90_s, req_s (every name: README 'Figures'; perfgate.figures.CHOSEN).",
+        "latency_p90_s, req_s (every name: docs/reference/figures.md).",
     )
     creep_runs: int | None = Field(
         None,
@@ -714,7 +714,7 @@ def _format_validation_error(path: Path, exc: ValidationError) -> str:
         where = ".".join(str(part) for part in err["loc"]) or "(top level)"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = "unknown field (check spelling; see README 'Profiles')"
+            msg = "unknown field (check spelling; see docs/reference/profile.md)"
         lines.append(f"  - {where}: {msg}")
     return "\n".join(lines)
 

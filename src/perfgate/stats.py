@@ -1,6 +1,6 @@
 """Run-to-run noise, intervals and the verdict of one figure.
 
-The model (README "How the verdict is decided"):
+The model (docs/verdicts.md):
 
 - The sampling unit is one run of a level. A figure gives one value per run.
 - Noise is multiplicative: ``ln(value) = ln(true) + e``, so the spread of ln(value) is

@@ -83,7 +83,7 @@ def test_prefix_cache_off_fails_the_shared_prefix_workload_on_ttft_and_goodput(t
     assert record.returncode == 0, record.stdout + record.stderr
     assert _checks(tmp_path / "rec")["sweep.c2.slo_met"]["measured"] == 1.0
     # 3 runs, as recorded: one run against a 3-run baseline leaves the noise 2 degrees of
-    # freedom, and 3.9x its recording once passed "within noise" (README "Verdicts")
+    # freedom, and 3.9x its recording once passed "within noise" (docs/verdicts.md)
     gate = _sweep(uncached, baselines, tmp_path / "gate", "--perf-repeats=3")
     out = gate.stdout + gate.stderr
     checks = _checks(tmp_path / "gate")

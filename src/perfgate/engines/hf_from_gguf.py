@@ -8,7 +8,7 @@ a vLLM environment has; it imports nothing from perfgate):
 transformers loads the GGUF, dequantizes it to bfloat16 and saves safetensors. Its GGUF
 quantizer marker is dropped first (the weights are plain tensors by then; without this
 ``save_pretrained`` refuses). The tokenizer keeps the GGUF's BOS setting: Gemma without
-its BOS token produces loops (see README). Writes to a temporary sibling, then renames,
+its BOS token produces loops (see docs/correctness.md). Writes to a temporary sibling, then renames,
 so an interrupted conversion never leaves a half directory behind.
 """
 
