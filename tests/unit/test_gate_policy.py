@@ -1,11 +1,12 @@
 """The gate policy on synthetic runs: abort, measure again, judge every figure, record."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfgate.baseline import build_baseline
 from perfgate.figures import run_values
-from perfgate.gate import GatePolicy
+from perfgate.gate import GatePolicy, choose_baseline
 from perfgate.metrics import Measurement
 from perfgate.stats import Rule
 from tests.synthetic import level_run, measurement
@@ -346,3 +347,52 @@ def test_missing_figures_keep_their_baseline_value_and_tok_s_is_never_untrusted(
     checks = {c.key: c for c in verdicts.checks}
     assert checks["sweep.c1.agg_tok_s"].verdict == "pass"  # not a timing figure
     assert checks["sweep.c1.ttft_s"].verdict == "untrusted"  # a timing figure
+
+
+def test_the_rule_carries_the_familys_size_and_its_rate():
+    """Derived tolerances and verdicts share the profile's false-failure rate among all
+    of its baseline figures (Bonferroni): the rule must carry both, and a forced final
+    decision keeps them."""
+    base = recorded()
+    policy = GatePolicy(min_runs=3, max_runs=10, false_failure_rate=0.05)
+    family = len(base.metrics)
+    assert family > 2
+    assert policy.rule(base) == Rule(3, 10, family, 0.05)
+    assert policy.rule(None) == Rule(3, 10, 1, 0.05)
+    assert policy.rule(base, runs=2) == Rule(2, 2, family, 0.05)
+    assert policy.rule(base, runs=5) == Rule(3, 5, family, 0.05)
+    assert policy.rule(base).per_figure_rate == pytest.approx(0.05 / family)
+
+
+def test_the_baseline_is_the_exact_keys_else_any_else_none():
+    exact, anywhere = recorded(), recorded(accept=0.5)
+    assert choose_baseline({"h": exact, "any": anywhere}, "h") == (exact, "exact")
+    assert choose_baseline({"other": exact, "any": anywhere}, "h") == (anywhere, "any")
+    assert choose_baseline({"other": exact}, "h") == (None, "none")
+    assert choose_baseline({}, "h") == (None, "none")
+
+
+def test_early_abort_reads_every_tok_s_figure_the_baseline_has_and_only_those():
+    """A baseline without a level's aggregate tok/s still aborts on its per-request tok/s;
+    one without either never aborts on that level (nor crashes); a TTFT far worse never
+    aborts (it is judged at the end, with its runs)."""
+    base = recorded()
+    policy = GatePolicy(abort_below=0.5)
+    no_agg = base.model_copy(
+        update={"metrics": {k: v for k, v in base.metrics.items() if k != "sweep.c1.agg_tok_s"}}
+    )
+    assert policy.abort_reason("sweep", level_run(1, 40.0), no_agg).startswith(
+        "early abort at C=1: sweep.c1.per_request_tok_s"
+    )
+    neither = base.model_copy(
+        update={
+            "metrics": {
+                k: v
+                for k, v in base.metrics.items()
+                if not k.startswith("sweep.c1.") or k == "sweep.c1.ttft_s"
+            }
+        }
+    )
+    assert policy.abort_reason("sweep", level_run(1, 40.0), neither) is None
+    assert policy.abort_reason("sweep", level_run(1, 100.0, ttft_s=5.0), base) is None
+    assert policy.abort_reason("sweep", level_run(1, 1.0), None) is None  # nothing to compare
