@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,15 +35,15 @@ from perfgate.report import RunRecord
 Format = Literal["vllm", "aiperf"]
 
 
+@dataclass(frozen=True)
 class ImportedLevel:
-    """One imported file: its level run, its level (concurrency or request rate), and
-    where it came from."""
+    """One imported file: its level run, what wrote it, the client's backend and the
+    model it named."""
 
-    def __init__(self, run: LevelRun, source: str, engine: str, model: str) -> None:
-        self.run = run
-        self.source = source
-        self.engine = engine
-        self.model = model
+    run: LevelRun
+    source: str
+    engine: str
+    model: str
 
 
 def _error(path: Path, why: str) -> PerfgateError:

@@ -28,35 +28,47 @@ VLLM_KEY = "sk-planted-vllm-8c41d2"  # planted: it must appear in no file the ru
 @pytest.fixture(scope="module")
 def keyed_vllm(tmp_path_factory):
     """One real `vllm serve --api-key` for this module's attaching tests, launched through
-    perfgate (the GGUF converted to a Hugging Face directory, cached); the key in
-    VLLM_API_KEY (the profiles' server.api_key_env) and OPENAI_API_KEY (`vllm bench
-    serve`'s). Stopped at the module's end, leaving no server of perfgate's behind."""
+    perfgate (the GGUF converted to a Hugging Face directory, cached). The key is in the
+    environment only while it starts (vLLM itself reads VLLM_API_KEY: a server another
+    test starts must not inherit it); each test sets it again with `with_key`. Stopped at
+    the module's end, leaving no server of perfgate's behind."""
     require_vllm()
     from perfgate.profile import load_profile
     from perfgate.session import PerfgateSession
 
     before = owned_server_pids()
-    keys = pytest.MonkeyPatch()
-    keys.setenv("VLLM_API_KEY", VLLM_KEY)
-    keys.setenv("OPENAI_API_KEY", VLLM_KEY)
     profile = load_profile("vllm-cpu-gemma3-270m", ROOT / "profiles")
     server = profile.server.model_copy(
         update={"args": {**profile.server.args, "api-key": VLLM_KEY}, "api_key_env": "VLLM_API_KEY"}
     )
     directory = tmp_path_factory.mktemp("keyed-vllm")
-    owner = PerfgateSession(
-        profile.model_copy(update={"server": server}),
-        root=ROOT,
-        baselines_dir=directory / "none",
-        output_dir=directory / "own",
-        progress=lambda _: None,
-    )
+    with pytest.MonkeyPatch.context() as env:  # the session reads the key where it starts
+        env.setenv("VLLM_API_KEY", VLLM_KEY)
+        owner = PerfgateSession(
+            profile.model_copy(update={"server": server}),
+            root=ROOT,
+            baselines_dir=directory / "none",
+            output_dir=directory / "own",
+            progress=lambda _: None,
+        )
+        try:
+            backend = owner.start_backend()  # its readiness probe already needs the key
+        except BaseException:
+            owner.stop_backend()
+            raise
     try:
-        yield owner.start_backend()  # its readiness probe already needs the key
+        yield backend
     finally:
         owner.stop_backend()
-        keys.undo()
     assert not (owned_server_pids() - before)
+
+
+@pytest.fixture
+def with_key(monkeypatch):
+    """The key where a test's runs read it: VLLM_API_KEY (the profiles' server.api_key_env)
+    and OPENAI_API_KEY (`vllm bench serve`'s)."""
+    monkeypatch.setenv("VLLM_API_KEY", VLLM_KEY)
+    monkeypatch.setenv("OPENAI_API_KEY", VLLM_KEY)
 
 
 def keyed_profile(directory: Path) -> Path:
@@ -67,7 +79,7 @@ def keyed_profile(directory: Path) -> Path:
     return keyed
 
 
-def test_vllm_profile_end_to_end(keyed_vllm, tmp_path):
+def test_vllm_profile_end_to_end(keyed_vllm, with_key, tmp_path):
     """`vllm serve --api-key`, attached as users do with the key from the environment
     (`server.api_key_env`) and its log (--perf-server-log): without the key the run fails
     at once and says what to set; with it, the whole correctness suite (golden outputs
@@ -180,7 +192,7 @@ def perfgate_cli(*args: str, cwd=ROOT, timeout: float = 900) -> subprocess.Compl
     )
 
 
-def test_vllm_bench_serve_results_import_compare_and_gate(keyed_vllm, tmp_path):
+def test_vllm_bench_serve_results_import_compare_and_gate(keyed_vllm, with_key, tmp_path):
     """The real `vllm bench serve --save-result --save-detailed`, against the real vLLM
     server, twice at C=1 and twice at C=2 (the profile's workload: 64 tokens in, 32 out,
     2 rounds a level): `perfgate import` reads the four files as two runs of each level;
