@@ -321,13 +321,16 @@ def session_for(profile: Profile, tmp_path: Path, progress=None) -> PerfgateSess
 
 
 @contextlib.contextmanager
-def default_server(tmp_path: Path):
-    """The default profile's real server, started here for tests that attach to it."""
-    from perfgate.profile import DEFAULT_PROFILE, load_profile
+def profile_server(name: str, tmp_path: Path, **args: object):
+    """A shipped profile's real server, its flags changed by ``args``, started here for
+    tests that attach to it; stopped on leaving."""
+    from perfgate.profile import load_profile
     from perfgate.session import PerfgateSession
 
+    profile = load_profile(name, ROOT / "profiles")
+    server = profile.server.model_copy(update={"args": {**profile.server.args, **args}})
     owner = PerfgateSession(
-        load_profile(DEFAULT_PROFILE, ROOT / "profiles"),
+        profile.model_copy(update={"server": server}),
         root=ROOT,
         baselines_dir=tmp_path,
         output_dir=tmp_path / "own",
@@ -337,6 +340,13 @@ def default_server(tmp_path: Path):
         yield owner.start_backend()
     finally:
         owner.stop_backend()
+
+
+def default_server(tmp_path: Path):
+    """The default profile's real server, started here for tests that attach to it."""
+    from perfgate.profile import DEFAULT_PROFILE
+
+    return profile_server(DEFAULT_PROFILE, tmp_path)
 
 
 def runs_in(directory: Path) -> list[Path]:

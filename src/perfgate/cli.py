@@ -401,8 +401,6 @@ def _record_imported(args: argparse.Namespace, run: RunRecord, out: Path) -> int
 
 def _init(args: argparse.Namespace) -> int:
     """Ask the server at --perf-base-url what it is; write a profile for it."""
-    import os
-
     from perfgate.discover import probe_server, write_profile
 
     headers = {}

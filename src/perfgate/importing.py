@@ -170,8 +170,13 @@ def read_aiperf(path: Path, lines: Iterable[str], concurrency: int | None) -> Im
         start = (int(meta["request_start_ns"]) - origin) * 1e-9
         model = model or str(meta.get("model_name") or "")
         if row.get("error"):
-            message = row["error"].get("message") if isinstance(row["error"], dict) else None
-            records.append(RequestRecord(index=i, start=start, end=start, error=message or "x"))
+            error = row["error"]
+            message = (
+                (error.get("message") or error.get("type")) if isinstance(error, dict) else None
+            )
+            records.append(
+                RequestRecord(index=i, start=start, end=start, error=message or str(error))
+            )
             continue
         latency = _metric(row, "request_latency")  # agrees with its token timings; the
         # epoch end can lie milliseconds later (AIPerf's documented example: 8 ms)

@@ -10,7 +10,6 @@ is needed to gate."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, require_smollm2
+from tests.helpers import ROOT, profile_server, require_smollm2
 
 
 def sh(*command: str | Path, cwd: Path | None = None, timeout: float = 900) -> str:
@@ -53,25 +52,9 @@ def installed(tmp_path_factory) -> Path:
     return base / "venv" / "bin"
 
 
-@contextlib.contextmanager
 def smollm2_server(tmp_path: Path, **args: object):
     """The shipped SmolLM2 chat profile's real llama-server, its args changed by ``args``."""
-    from perfgate.profile import load_profile
-    from perfgate.session import PerfgateSession
-
-    profile = load_profile("llamacpp-smollm2-chat", ROOT / "profiles")
-    server = profile.server.model_copy(update={"args": {**profile.server.args, **args}})
-    owner = PerfgateSession(
-        profile.model_copy(update={"server": server}),
-        root=ROOT,
-        baselines_dir=tmp_path / "none",
-        output_dir=tmp_path / "own",
-        progress=lambda _: None,
-    )
-    try:
-        yield owner.start_backend().base_url
-    finally:
-        owner.stop_backend()
+    return profile_server("llamacpp-smollm2-chat", tmp_path, **args)
 
 
 # What the user fills in where perfgate init wrote FILL IN: a short workload for CI, the
@@ -95,7 +78,8 @@ def test_the_installed_wheel_gates_a_users_own_server_from_their_directory(insta
     project.mkdir()
     assert not project.resolve().is_relative_to(ROOT)
     fast = {"threads": 1, "threads-batch": 1, "parallel": 4}
-    with smollm2_server(tmp_path / "fast", **fast) as url:
+    with smollm2_server(tmp_path / "fast", **fast) as backend:
+        url = backend.base_url
         out = sh(
             installed / "perfgate", "init", "--perf-base-url", url, "--name", "mine", cwd=project
         )
@@ -127,7 +111,8 @@ def test_the_installed_wheel_gates_a_users_own_server_from_their_directory(insta
     assert len(runs) == 2 and json.loads(runs[-1].read_text())["status"] == "passed"
     assert (project / ".perfgate" / "history" / "mine.jsonl").is_file()
 
-    with smollm2_server(tmp_path / "slow", **{**fast, "parallel": 1}) as url:
+    with smollm2_server(tmp_path / "slow", **{**fast, "parallel": 1}) as backend:
+        url = backend.base_url
         slowed = subprocess.run(
             [installed / "perfgate", "run", "mine", "--perf-base-url", url],
             cwd=project,
