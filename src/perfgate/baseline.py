@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from perfgate.engines import Fact
 from perfgate.errors import BaselineError
-from perfgate.figures import BY_NAME, parse_key
+from perfgate.figures import BY_NAME, delta_pct, delta_text, parse_key
 from perfgate.stats import (
     Direction,
     Estimate,
@@ -202,7 +202,7 @@ class Check(BaseModel):
         head = (
             f"{self.key}: {measured}, baseline {self.baseline:.4g}{unit} "
             f"(tolerance {self.tolerance:.1%}, {better} is better, {bound} {self.limit:.4g}), "
-            f"Δ {self.delta_pct:+.1f}%"
+            f"Δ {delta_text(self.delta_pct, '%')}"
         )
         if self.verdict == "creep":
             return f"{head} → CREEP: within its tolerance this run, but {self.why}"
@@ -275,7 +275,7 @@ def compare(
         baseline=exp.value,
         tolerance=exp.tolerance,
         limit=worst,
-        delta_pct=(est.median - exp.value) / exp.value * 100.0,
+        delta_pct=delta_pct(est.median, exp.value),
     )
     return check, decision.step == "more"
 
@@ -547,11 +547,11 @@ def diff_lines(old: Baseline | None, recorded: Recorded) -> list[str]:
         elif prev is None:
             lines.append(f"  added   {key}: {exp.value:.4g} {exp.unit} ({tol})")
         else:
-            pct = (exp.value - prev.value) / prev.value * 100
+            pct = delta_text(delta_pct(exp.value, prev.value))
             was = f", was ±{prev.tolerance:.1%}" if prev.tolerance != exp.tolerance else ""
             lines.append(
                 f"  changed {key}: {prev.value:.4g} → {exp.value:.4g} {exp.unit} "
-                f"({pct:+.1f}%; {tol}{was})"
+                f"({pct}%; {tol}{was})"
             )
     for key, runs in recorded.left_out.items():
         shown = ", ".join(f"{v:.4g}" for v in runs)

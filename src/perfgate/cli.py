@@ -12,7 +12,7 @@ from pathlib import Path
 from perfgate.baseline import Check, build_baseline, load_profile_baselines
 from perfgate.diagnose import diagnose
 from perfgate.errors import PerfgateError
-from perfgate.figures import run_values
+from perfgate.figures import delta_text, run_values
 from perfgate.gate import GatePolicy
 from perfgate.history import (
     DEFAULT_HISTORY_DIR,
@@ -22,7 +22,7 @@ from perfgate.history import (
     render_history,
     select_keys,
 )
-from perfgate.profile import available_profiles, load_profile
+from perfgate.profile import GateSpec, available_profiles, load_profile
 from perfgate.report import RunRecord, csv_text, load_run, render_table
 from perfgate.summary import markdown_summary
 
@@ -122,12 +122,14 @@ def _compare(args: argparse.Namespace) -> int:
         print("note: an imported run keeps no workload: check that both ran the same one")
     elif old.profile.get("workload") != new.profile.get("workload"):
         print("warning: the two runs used different workloads; figures may not be comparable")
-    gate = old.profile.get("gate") or {}
-    repeats = int(gate.get("repeats", 3))
+    # OLD's [gate] settings, the profile's defaults where it kept none (older versions'
+    # settings that no longer exist are left out)
+    kept = old.profile.get("gate") or {}
+    gate = GateSpec.model_validate({k: v for k, v in kept.items() if k in GateSpec.model_fields})
     policy = GatePolicy(
         min_runs=1,
-        max_runs=repeats + int(gate.get("max_extra_repeats", 7)),
-        false_failure_rate=float(gate.get("false_failure_rate", 0.01)),
+        max_runs=gate.repeats + gate.max_extra_repeats,
+        false_failure_rate=gate.false_failure_rate,
     )
     # OLD becomes the baseline exactly as --perf-update-baselines would record it
     recorded = build_baseline(
@@ -142,7 +144,7 @@ def _compare(args: argparse.Namespace) -> int:
         old_value = "-" if check.baseline is None else f"{check.baseline:.4g}"
         new_value = "-" if check.measured is None else f"{check.measured:.4g}"
         tol = "-" if check.tolerance is None else f"{check.tolerance:.1%}"
-        delta = "-" if check.delta_pct is None else f"{check.delta_pct:+.1f}"
+        delta = delta_text(check.delta_pct)
         print(
             f"{check.key:34} | {old_value:>10} | {new_value:>10} | {tol:>6} | {delta:>7} | "
             f"{check.verdict.upper()}" + (f" ({check.why})" if check.failed else "")

@@ -20,7 +20,9 @@ from pydantic import BaseModel, Field
 
 from perfgate.baseline import Check
 from perfgate.engines import Fact, Facts
-from perfgate.metrics import Measurement
+from perfgate.figures import BY_NAME
+from perfgate.metrics import Measurement, SpecStats
+from perfgate.stats import median
 
 # Relative change under which a measured (noisy) number is "the same".
 MEASURED_TOLERANCE = 0.15
@@ -257,20 +259,23 @@ def unknown_facts(old: Mapping[str, Fact], new: Mapping[str, Fact]) -> list[str]
 
 
 def spec_facts(measurements: Iterable[Measurement]) -> Facts:
-    """Acceptance over every measured window of the run, pooled."""
-    drafts = draft_tokens = accepted = 0.0
-    for measurement in measurements:
-        for level in measurement.levels:
-            if level.spec is not None:
-                drafts += level.spec.drafts
-                draft_tokens += level.spec.draft_tokens
-                accepted += level.spec.accepted
-    if draft_tokens <= 0:
+    """Acceptance over every measured window of the run, pooled: the counters of all
+    windows summed into one :class:`~perfgate.metrics.SpecStats`."""
+    windows = [lv.spec for m in measurements for lv in m.levels if lv.spec is not None]
+    pooled = SpecStats(
+        drafts=sum(w.drafts for w in windows),
+        draft_tokens=sum(w.draft_tokens for w in windows),
+        accepted=sum(w.accepted for w in windows),
+    )
+    if pooled.accept_rate is None or pooled.draft_tokens <= 0:
         return {}
-    evidence = f"{accepted:.0f} accepted of {draft_tokens:.0f} drafted in {drafts:.0f} drafts"
-    facts = {"spec_accept_rate": Fact(value=accepted / draft_tokens, source="measured")}
-    if drafts > 0:
-        facts["spec_mean_accept_len"] = Fact(value=1 + accepted / drafts, source="measured")
+    evidence = (
+        f"{pooled.accepted:.0f} accepted of {pooled.draft_tokens:.0f} drafted in "
+        f"{pooled.drafts:.0f} drafts"
+    )
+    facts = {"spec_accept_rate": Fact(value=pooled.accept_rate, source="measured")}
+    if pooled.mean_accept_length is not None:
+        facts["spec_mean_accept_len"] = Fact(value=pooled.mean_accept_length, source="measured")
     for fact in facts.values():
         fact.evidence = evidence
     return facts
@@ -310,9 +315,12 @@ def gpu_facts(measurements: Mapping[str, Measurement]) -> Facts:
         low, high = min(by_level), max(by_level)
         if high < FLAT_SPAN * low:
             continue
-        tok_low = _median([r.metrics.agg_tok_s for r in by_level[low]])
-        tok_high = _median([r.metrics.agg_tok_s for r in by_level[high]])
-        util = _median([r.gpu.util_mean_pct or 0.0 for r in by_level[high] if r.gpu])
+        agg = BY_NAME["agg_tok_s"]  # the gated figure: a run with no success has none
+        low_tok, high_tok = agg.run_values(by_level[low]), agg.run_values(by_level[high])
+        if not low_tok or not high_tok:
+            continue
+        tok_low, tok_high = median(low_tok), median(high_tok)
+        util = median([r.gpu.util_mean_pct or 0.0 for r in by_level[high] if r.gpu])
         if tok_low <= 0 or util >= IDLE_GPU_PCT or tok_high >= FLAT_GAIN * tok_low:
             continue
         facts["gpu_idle_while_flat"] = Fact(
@@ -328,12 +336,6 @@ def gpu_facts(measurements: Mapping[str, Measurement]) -> Facts:
         )
         break
     return facts
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _acceptance(facts: Mapping[str, Fact]) -> float | None:

@@ -73,10 +73,55 @@ class Figure:
     timing: bool = False  # read off token timestamps: the harness's timing error applies
     chosen: bool = False  # True: measured and recorded only where a profile chooses it
     search: Callable[[CapacitySearch], float | None] | None = None  # measurement-wide
+    # how it is shown: its terminal-table column's width and decimals (None: 4 for
+    # seconds, else 2), a share as a percentage, a column only where some level read it
+    width: int = 14
+    decimals: int | None = None
+    percent: bool = False
+    sparse: bool = False
 
     def run_values(self, runs: Iterable[LevelData]) -> list[float]:
         """One value per run that produced this figure."""
         return [v for run in runs if (v := self.value(run)) is not None]
+
+    @property
+    def places(self) -> int:
+        """Decimals in a table cell."""
+        if self.decimals is not None:
+            return self.decimals
+        return 4 if self.unit == "s" else 2
+
+    def cell(self, value: float | None, width: int | None = None) -> str:
+        """The value in a table column, right-aligned ('-' when None); a share in %."""
+        shown = None if value is None else value * 100 if self.percent else value
+        return number_cell(shown, self.width if width is None else width, self.places)
+
+    def text(self, value: float | None, unit: str | None = None) -> str:
+        """The value for people: a share as a percentage, else 4 significant digits and
+        the unit ('-' when None)."""
+        if value is None:
+            return "-"
+        if self.percent:
+            return f"{value:.1%}"
+        return f"{value:.4g} {self.unit if unit is None else unit}".strip()
+
+
+def number_cell(value: float | None, width: int, decimals: int) -> str:
+    """A number right-aligned in ``width`` ('-' when None)."""
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.{decimals}f}"
+
+
+def delta_pct(measured: float | None, base: float | None) -> float | None:
+    """Δ%: how far ``measured`` is from ``base``, in percent of it (None when either is
+    unknown). Every table, verdict and diagnosis reads this one."""
+    if measured is None or base is None or not base:
+        return None
+    return (measured - base) / base * 100.0
+
+
+def delta_text(delta: float | None, suffix: str = "") -> str:
+    """Δ% for people: ``+12.5`` (``-`` when unknown)."""
+    return "-" if delta is None else f"{delta:+.1f}{suffix}"
 
 
 def _agg(run: LevelData) -> float | None:
@@ -95,9 +140,16 @@ def _accept(run: LevelData) -> float | None:
     return run.spec.accept_rate if run.spec is not None else None
 
 
-FIGURES: tuple[Figure, ...] = (
+FIGURES: list[Figure] = [
     Figure(
-        "agg_tok_s", "Agg tok/s", "tok/s", "higher", 0.02, "no request of the level succeeded", _agg
+        "agg_tok_s",
+        "Agg tok/s",
+        "tok/s",
+        "higher",
+        0.02,
+        "no request of the level succeeded",
+        _agg,
+        width=10,
     ),
     Figure(
         "per_request_tok_s",
@@ -109,7 +161,16 @@ FIGURES: tuple[Figure, ...] = (
         _per_request,
     ),
     Figure(
-        "ttft_s", "TTFT(s)", "s", "lower", 0.05, "no request streamed a token", _ttft, timing=True
+        "ttft_s",
+        "TTFT(s)",
+        "s",
+        "lower",
+        0.05,
+        "no request streamed a token",
+        _ttft,
+        timing=True,
+        width=8,
+        decimals=3,
     ),
     Figure(
         "accept_rate",
@@ -120,8 +181,12 @@ FIGURES: tuple[Figure, ...] = (
         "no speculative-decoding counters were read (speculation off, or the engine's "
         "counters renamed or gone)",
         _accept,
+        width=7,
+        decimals=1,
+        percent=True,
+        sparse=True,
     ),
-)
+]
 SCALING = Figure(
     "scaling",
     "Scaling",
@@ -171,7 +236,7 @@ SLO_FIGURES: tuple[Figure, ...] = (
         "goodput_tok_s", "Goodput tok/s", "tok/s", "higher", 0.02, NO_SLO, _goodput, chosen=True
     ),
 )
-CHOSEN: tuple[Figure, ...] = (
+CHOSEN: list[Figure] = [
     *(
         Figure(
             f"{name}_{q}_s",
@@ -199,7 +264,7 @@ CHOSEN: tuple[Figure, ...] = (
         chosen=True,
     ),
     *SLO_FIGURES,
-)
+]
 
 
 def _never(_: LevelData) -> float | None:
@@ -214,7 +279,7 @@ def _capacity(by: str) -> Callable[[CapacitySearch], float | None]:
 
 
 NO_SEARCH = "no capacity search finished (the profile sets no [capacity], or it did not run)"
-SEARCH_FIGURES: tuple[Figure, ...] = (
+SEARCH_FIGURES: list[Figure] = [
     Figure(
         "max_concurrency",
         "Capacity (C)",
@@ -235,8 +300,27 @@ SEARCH_FIGURES: tuple[Figure, ...] = (
         _never,
         search=_capacity("rate"),
     ),
-)
+]
 BY_NAME: dict[str, Figure] = {f.name: f for f in (*FIGURES, SCALING, *CHOSEN, *SEARCH_FIGURES)}
+
+
+def register(figure: Figure) -> None:
+    """Add a figure to the registry: a default one (measured and judged at every level),
+    a ``chosen`` one, or a measurement-wide one (``search``). Tables, CSV, Markdown,
+    verdicts, baselines and history all read the registry; nothing else changes."""
+    if figure.name in BY_NAME:
+        raise ValueError(f"figure {figure.name!r} is already registered")
+    group = SEARCH_FIGURES if figure.search else CHOSEN if figure.chosen else FIGURES
+    group.append(figure)
+    BY_NAME[figure.name] = figure
+
+
+def unregister(name: str) -> None:
+    """Remove a registered figure (KeyError when none has that name)."""
+    figure = BY_NAME.pop(name)
+    for group in (FIGURES, CHOSEN, SEARCH_FIGURES):
+        if figure in group:
+            group.remove(figure)
 
 
 def unknown_figures(names: Iterable[str]) -> list[str]:

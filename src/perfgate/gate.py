@@ -216,7 +216,7 @@ class GatePolicy:
                 checks.append(harness_verdict(check, error) if parsed.figure.timing else check)
             else:
                 checks.append(missing(key, missing_reason(key, measurements, planned), exp))
-        for key in values.keys() - expected.keys():
+        for key in (k for k in values if k not in expected):  # in measured order
             checks.append(compare(key, values[key], None, self.rule(None))[0])
         return Verdicts(checks, retired)
 

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from perfgate.baseline import Check
 from perfgate.errors import PerfgateError
-from perfgate.figures import BY_NAME, level_name, parse_key
+from perfgate.figures import BY_NAME, delta_text, level_name, parse_key
 from perfgate.plots import require_matplotlib
 from perfgate.report import RunRecord
 from perfgate.stats import Direction
@@ -289,7 +289,8 @@ def _cell(entry: HistoryEntry, key: str, previous: FigurePoint | None) -> str:
     marks = _MARKS.get(point.verdict, "")
     if previous is not None and not _same_baseline(previous.baseline, point.baseline):
         marks += "*"
-    return f"{point.measured:.4g} {point.delta_pct:+.1f}%" + (f" {marks}" if marks else "")
+    value = f"{point.measured:.4g} {delta_text(point.delta_pct, '%')}"
+    return value + (f" {marks}" if marks else "")
 
 
 def render_history(
@@ -463,7 +464,7 @@ def _plot_panel(
                 )
         xl, pl = known[-1]
         ax.annotate(
-            f"{pl.delta_pct:+.1f}%",
+            delta_text(pl.delta_pct, "%"),
             (xl, pl.measured),
             xytext=(6, 0),
             textcoords="offset points",

@@ -4,7 +4,7 @@
 
 - ``<stem>.throughput.png``: aggregate tok/s against concurrency (median of the runs,
   each run a dot), the baseline with its tolerance band, failed figures marked;
-- ``<stem>.latency.png``: TTFT and TPOT against concurrency (median and pooled p99);
+- ``<stem>.latency.png``: TTFT and TPOT against concurrency (median and p99, as gated);
 - ``<stem>.distribution.png``: per-request end-to-end latency per level (box plots);
 - ``<stem>.vs-baseline.png`` (given the baseline's recorded run): both runs' curves on
   the same axes.
@@ -22,10 +22,9 @@ from types import ModuleType
 from typing import Any, Literal
 
 from perfgate.baseline import Check
-from perfgate.client import RequestRecord
 from perfgate.errors import PerfgateError
 from perfgate.figures import BY_NAME, parse_key
-from perfgate.metrics import LevelData, Measurement, distribution, request_tpot
+from perfgate.metrics import Measurement
 from perfgate.report import RunRecord, load_run
 from perfgate.stats import median
 
@@ -120,7 +119,8 @@ def load_baseline_run(run: RunRecord, root: Path) -> RunRecord | None:
 
 @dataclass(frozen=True)
 class Point:
-    """One level of one quantity: a value per run, their median, and a pooled p99."""
+    """One level of one quantity: a value per run, their median, and (TTFT, TPOT) the
+    median over the runs of each run's p99: the gated ``*_p99_s`` figure."""
 
     concurrency: int
     runs: list[float]
@@ -138,34 +138,27 @@ def figure_points(measurement: Measurement, figure: str) -> list[Point]:
     return points
 
 
-def _pooled_p99(
-    runs: list[LevelData], value: Callable[[RequestRecord], float | None]
-) -> float | None:
-    samples = [v for run in runs for r in run.records if r.ok and (v := value(r)) is not None]
-    return distribution(samples).p99
+def _quantity_points(measurement: Measurement, median_figure: str, p99_figure: str) -> list[Point]:
+    """Per level: each run's value of ``median_figure``, their median, and the median
+    over the runs of ``p99_figure``: the gated figures, as the gate judges them."""
+    points = []
+    for c, runs in sorted(measurement.by_concurrency().items()):
+        values = BY_NAME[median_figure].run_values(runs)
+        if values:
+            p99s = BY_NAME[p99_figure].run_values(runs)
+            points.append(Point(c, values, median(values), median(p99s) if p99s else None))
+    return points
 
 
 def ttft_points(measurement: Measurement) -> list[Point]:
-    """TTFT (s) per level: the runs' medians (the gated figure) and the pooled p99."""
-    groups = measurement.by_concurrency()
-    return [
-        Point(p.concurrency, p.runs, p.median, _pooled_p99(groups[p.concurrency], _ttft))
-        for p in figure_points(measurement, "ttft_s")
-    ]
-
-
-def _ttft(record: RequestRecord) -> float | None:
-    return record.ttft
+    """TTFT (s) per level: the runs' medians (``ttft_s``) and their p99 (``ttft_p99_s``)."""
+    return _quantity_points(measurement, "ttft_s", "ttft_p99_s")
 
 
 def tpot_points(measurement: Measurement) -> list[Point]:
-    """TPOT (s) per level: each run's median, their median, and the pooled p99."""
-    points = []
-    for c, runs in sorted(measurement.by_concurrency().items()):
-        values = [v for run in runs if (v := run.metrics.tpot_s.p50) is not None]
-        if values:
-            points.append(Point(c, values, median(values), _pooled_p99(runs, request_tpot)))
-    return points
+    """TPOT (s) per level: each run's median (``tpot_p50_s``), their median, and their p99
+    (``tpot_p99_s``)."""
+    return _quantity_points(measurement, "tpot_p50_s", "tpot_p99_s")
 
 
 def _checks_of(checks: Iterable[Check], measurement: str, figure: str) -> list[tuple[int, Check]]:
@@ -282,7 +275,7 @@ def _draw_points(
     marker: str = "o",
 ) -> None:
     """Medians as a line with markers (a lone marker for one level); optionally each
-    run's value as a dot and the pooled p99 as a lighter dashed line."""
+    run's value as a dot and the p99 (the gated figure) as a lighter dashed line."""
     if not points:
         return
     xs = [nudge(p.concurrency) for p in points]
@@ -504,7 +497,7 @@ def _latency(plt: Any, run: RunRecord, measurements: Mapping[str, Measurement], 
                 points,
                 label=f"{name}: median of runs",
                 runs_label=f"{name}: median of each run",
-                p99_label=f"{name}: p99 of all its requests",
+                p99_label=f"{name}: p99 (median of its runs' p99)",
                 color=color,
                 factor=scale,
                 legend=legend,

@@ -18,7 +18,17 @@ from perfgate.baseline import Baseline, Check, write_bytes_atomic, write_json_at
 from perfgate.diagnose import DiagnosisRecord
 from perfgate.engines import Fact
 from perfgate.errors import PerfgateError
-from perfgate.figures import CHOSEN, FIGURES, figure_key, parse_key, search_values
+from perfgate.figures import (
+    CHOSEN,
+    FIGURES,
+    Figure,
+    delta_pct,
+    delta_text,
+    figure_key,
+    number_cell,
+    parse_key,
+    search_values,
+)
 from perfgate.metrics import LevelData, Measurement
 from perfgate.stats import median
 
@@ -144,24 +154,23 @@ def load_run(path: Path) -> RunRecord:
 
 
 def _fmt(value: float | None, width: int, decimals: int) -> str:
-    return f"{'-':>{width}}" if value is None else f"{value:>{width}.{decimals}f}"
+    return number_cell(value, width, decimals)
 
 
-def _delta(measured: float | None, base: float | None) -> str:
-    if measured is None or base is None:
-        return "-"
-    return f"{(measured - base) / base * 100:+.1f}"
+def table_figures() -> tuple[list[Figure], list[Figure]]:
+    """The default figures' columns: those always shown (before the counts), and the
+    sparse ones, shown after them where some level read them."""
+    return [f for f in FIGURES if not f.sparse], [f for f in FIGURES if f.sparse]
 
 
-WIDTHS = {"agg_tok_s": 10, "per_request_tok_s": 14, "ttft_s": 8, "accept_rate": 7}
-DECIMALS = {"agg_tok_s": 2, "per_request_tok_s": 2, "ttft_s": 3, "accept_rate": 1}
-MAIN = [f for f in FIGURES if f.name != "accept_rate"]
-ACCEPT = next(f for f in FIGURES if f.name == "accept_rate")
-HEADER = (
-    f"{'C':>4} | "
-    + " | ".join(f"{f.title:>{WIDTHS[f.name]}}" for f in MAIN)
-    + f" | {'Tokens':>8} | {'Wall(s)':>8} | {'Ok':>4} | {'Fail':>4}"
-)
+def table_header(level_title: str = "C") -> str:
+    """The concurrency table's header, up to the counts."""
+    main, _ = table_figures()
+    return (
+        f"{level_title:>4} | "
+        + " | ".join(f"{f.title:>{f.width}}" for f in main)
+        + f" | {'Tokens':>8} | {'Wall(s)':>8} | {'Ok':>4} | {'Fail':>4}"
+    )
 
 
 def _lag(runs: list[LevelData]) -> tuple[float | None, bool]:
@@ -204,13 +213,8 @@ def table_rows(measurement: str, data: Measurement, expected: Mapping[str, float
         }
         for f in FIGURES:
             base = expected.get(figure_key(measurement, c, f.name))
-            value = row[f.name]
             row[f"baseline_{f.name}"] = base
-            row[f"delta_pct_{f.name}"] = (
-                None
-                if base is None or not isinstance(value, float | int)
-                else (value - base) / base * 100
-            )
+            row[f"delta_pct_{f.name}"] = delta_pct(_num(row[f.name]), base)
         rows.append(row)
     return rows
 
@@ -289,11 +293,11 @@ def chosen_table(
         for f in figures:
             values = f.run_values(levels[c])
             value = median(values) if values else None
-            cell = _fmt(value, 14, 4 if f.unit == "s" else 2)
+            cell = f.cell(value)
             if baseline:
                 exp = expected.get(figure_key(measurement, c, f.name))
                 base = exp.value if exp else None
-                cell += f" | {_fmt(base, 10, 4 if f.unit == 's' else 2)} | {_delta(value, base):>6}"
+                cell += f" | {f.cell(base, 10)} | {delta_text(delta_pct(value, base)):>6}"
             cells.append(cell)
         lines.append(" | ".join(cells))
     return "\n".join(lines)
@@ -321,7 +325,8 @@ def search_table(measurement: str, data: Measurement, baseline: Baseline | None)
         figure = parse_key(key).figure
         line = f"{figure.title}: {median(values):g} {figure.unit} (median of {len(values)})"
         if (exp := expected.get(key)) is not None:
-            line += f"; baseline {exp.value:g} {exp.unit} ({_delta(median(values), exp.value)}%)"
+            delta = delta_text(delta_pct(median(values), exp.value))
+            line += f"; baseline {exp.value:g} {exp.unit} ({delta}%)"
         lines.append(line)
     return "\n".join(lines)
 
@@ -342,21 +347,19 @@ def render_table(
         return search_table(measurement, data, baseline)
     expected = {k: e.value for k, e in baseline.metrics.items()} if baseline else {}
     rows = table_rows(measurement, data, expected)
-    spec = any(row["accept_rate"] is not None for row in rows)
-    header = f"{_level_title(data):>4}" + HEADER[4:] + f" | {'Runs':>4} | {'Lag(ms)':>7}"
+    main, sparse = table_figures()
+    shown = [f for f in sparse if any(row[f.name] is not None for row in rows)]
+    header = table_header(_level_title(data)) + f" | {'Runs':>4} | {'Lag(ms)':>7}"
     if baseline:
-        header += "".join(f" | {'Base ' + f.title:>15} | {'Δ%':>6}" for f in MAIN)
-    if spec:
-        header += f" | {ACCEPT.title:>7}"
+        header += "".join(f" | {'Base ' + f.title:>15} | {'Δ%':>6}" for f in main)
+    header += "".join(f" | {f.title:>{f.width}}" for f in shown)
     lines = [header, "-" * len(header)]
     for row in rows:
         c = row["concurrency"]
         if row["not_run"]:
             lines.append(f"{c:>4g} | {'not run':>10} |")
             continue
-        line = f"{c:>4g} | " + " | ".join(
-            _fmt(_num(row[f.name]), WIDTHS[f.name], DECIMALS[f.name]) for f in MAIN
-        )
+        line = f"{c:>4g} | " + " | ".join(f.cell(_num(row[f.name])) for f in main)
         lag = _num(row["lag_ms"])
         lag_text = "-" if lag is None else f"{lag:.2f}" + ("!" if row["lag_over_bound"] else "")
         line += (
@@ -364,15 +367,10 @@ def render_table(
             f"{row['ok']:>4} | {row['fail']:>4} | {row['runs']:>4} | {lag_text:>7}"
         )
         if baseline:
-            for f in MAIN:
-                base = _num(row[f"baseline_{f.name}"])
-                delta = _num(row[f"delta_pct_{f.name}"])
-                line += f" | {_fmt(base, 15, DECIMALS[f.name])} | " + (
-                    f"{'-':>6}" if delta is None else f"{delta:>+6.1f}"
-                )
-        if spec:
-            rate = _num(row["accept_rate"])
-            line += f" | {_fmt(None if rate is None else rate * 100, 7, 1)}"
+            for f in main:
+                delta = delta_text(_num(row[f"delta_pct_{f.name}"]))
+                line += f" | {f.cell(_num(row[f'baseline_{f.name}']), 15)} | {delta:>6}"
+        line += "".join(f" | {f.cell(_num(row[f.name]))}" for f in shown)
         lines.append(line)
     if extra := chosen_table(measurement, data, baseline, chosen):
         lines += ["", extra]

@@ -661,7 +661,7 @@ class PerfgateSession:
             m = data.metrics
             self.progress(
                 f"perfgate: {name} {level_name(data.level)}: {m.agg_tok_s:.1f} tok/s agg, "
-                f"{m.per_request_tok_s.mean or 0:.1f} tok/s per request, "
+                f"{m.per_request_tok_s.p50 or 0:.1f} tok/s per request (median), "
                 f"ok {m.ok}, fail {m.fail}, wall {m.wall_s:.1f}s"
                 + (
                     f", {m.tokens_per_chunk:.2f} tokens per chunk"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from perfgate.baseline import Check, floor_slack
-from perfgate.figures import BY_NAME, SEARCH_FIGURES, figure_key, parse_key
+from perfgate.figures import BY_NAME, SEARCH_FIGURES, delta_text, figure_key, parse_key
 from perfgate.metrics import Measurement
 from perfgate.report import RunRecord
 
@@ -30,17 +30,12 @@ MAX_LOG_LINES = 15
 
 
 def figure_text(key: str, value: float | None, unit: str) -> str:
-    """A figure's value for people: acceptance as a percentage, else 4 significant
-    digits and the unit."""
-    if value is None:
-        return "-"
-    if parse_key(key).figure.name == "accept_rate":
-        return f"{value:.1%}"
-    return f"{value:.4g} {unit}".strip()
+    """A figure's value for people (:meth:`perfgate.figures.Figure.text`)."""
+    return parse_key(key).figure.text(value, unit)
 
 
 def _delta(check: Check) -> str:
-    return "-" if check.delta_pct is None else f"{check.delta_pct:+.1f}%"
+    return delta_text(check.delta_pct, "%")
 
 
 def _cell(text: str) -> str:
