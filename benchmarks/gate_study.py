@@ -3,10 +3,11 @@
 For each setting (run-to-run noise CV, regression size on one figure) it repeats:
 
 1. record a baseline as ``--perf-update-baselines`` does: ``record_repeats`` runs of every
-   level, tolerances derived from the measured noise (:func:`perfgate.baseline.build_baseline`);
+   level, tolerances derived from the measured noise
+   (:func:`perfgate.gate.baseline.build_baseline`);
 2. run the gate as ``pytest -m perf`` does: ``repeats`` runs of each level, more while a
-   figure is near its limit (:meth:`perfgate.gate.GatePolicy.after_level`), then judge
-   every baseline figure (:meth:`perfgate.gate.GatePolicy.judge`).
+   figure is near its limit (:meth:`perfgate.gate.policy.GatePolicy.after_level`), then judge
+   every baseline figure (:meth:`perfgate.gate.policy.GatePolicy.judge`).
 
 A profile has ``LEVELS`` x 4 figures (aggregate and per-request tok/s, TTFT, acceptance),
 each with independent lognormal noise: the worst case for the family-wise rate. It reports
@@ -26,10 +27,11 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from perfgate.baseline import Baseline, build_baseline
-from perfgate.figures import run_values
-from perfgate.gate import GatePolicy
-from perfgate.metrics import LevelData, Measurement, SpecStats
+from perfgate.gate.baseline import Baseline
+from perfgate.gate.figures import run_values
+from perfgate.gate.policy import GatePolicy
+from perfgate.gate.recording import build_baseline
+from perfgate.measure.metrics import LevelData, Measurement, SpecStats
 from perfgate.stats import Noise, estimate
 
 LEVELS = 9  # x 4 figures = 36, the seeds' sweep scale
@@ -42,7 +44,7 @@ FIGURE = "per_request_tok_s"  # the regressed figure of the one-figure rows
 def synthetic_run(c: int, rng: random.Random, cv: float, slow: dict[str, float]) -> LevelData:
     """One run of level ``c``: each figure drawn with lognormal noise, independently;
     ``slow``: regression factor per figure name."""
-    from perfgate.metrics import Distribution, LevelMetrics
+    from perfgate.measure.metrics import Distribution, LevelMetrics
 
     def draw(name: str, base: float) -> float:
         return base * math.exp(rng.gauss(0.0, cv)) * slow.get(name, 1.0)

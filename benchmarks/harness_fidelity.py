@@ -2,7 +2,7 @@
 
 The simulator (:mod:`perfgate.sim`, its own process) streams on an exact schedule and
 records when it read each request and wrote each chunk. perfgate measures it the way a
-perf run does (:func:`perfgate.load.run_level`: a connection per worker, opened before
+perf run does (:func:`perfgate.load.level.run_level`: a connection per worker, opened before
 the clock, bodies encoded before, requests stamped as they leave, the loop monitor).
 Both read one CLOCK_MONOTONIC, so each chunk's **observation delay** (perfgate's stamp
 minus the server's write) is perfgate's error. Per level it reports:
@@ -46,12 +46,12 @@ from sim_throughput import pct, process_cpu_seconds
 from perfgate.client import RequestRecord
 from perfgate.client.monitor import HarnessStats
 from perfgate.client.transport import pooled_client
-from perfgate.live import ProgressView
-from perfgate.load import LevelRun, Tally, run_level
+from perfgate.load.level import LevelRun, Tally, run_level
+from perfgate.load.sweep import run_sweep
+from perfgate.load.workers import HttpxWorkers, RequestPlan
+from perfgate.render.live import ProgressView
 from perfgate.sim import SimConfig, SimProcess, SimRecord
-from perfgate.sweep import run_sweep
-from perfgate.workers import HttpxWorkers, RequestPlan
-from perfgate.workload import Prompt
+from perfgate.workload.prompts import Prompt
 
 # (concurrency, ITL ms): 50 tok/s a stream; C=100 streams 5k tok/s, C=256 20k tok/s
 DEFAULT_LEVELS = [(1, 20.0), (16, 20.0), (64, 20.0), (100, 20.0), (256, 12.8)]
@@ -85,7 +85,7 @@ def measure(
     ttft_ms: float = 100.0,
 ) -> str:
     """One level on a fresh simulator; perfgate's own sweep code (``processes`` > 1: its
-    :class:`perfgate.sweep.ShardPool`), or the httpx workers for comparison."""
+    :class:`perfgate.load.sweep.ShardPool`), or the httpx workers for comparison."""
     config = SimConfig(ttft_s=ttft_ms / 1000, itl_s=itl_ms / 1000, burst=burst)
     plan = TaggedPlan(api="completions", model="sim", output_len=output_len, request_timeout_s=120)
     prompts = [Prompt(f"r{i} " + "word " * input_words, None) for i in range(concurrency * waves)]

@@ -4,9 +4,9 @@ The seeds' sweep sends about 900 prompts of 1000 tokens. This builds them twice 
 embedded default server (Gemma 3 270M), counting every tokenize request:
 
 - **search** (before): each prompt searched for by counting, one request after another
-  (:func:`perfgate.workload.exact_prompt`);
+  (:func:`perfgate.workload.prompts.exact_prompt`);
 - **plan** (now): word costs counted once, each prompt planned from them and checked
-  with one count, 8 at a time (:func:`perfgate.workload.build_prompts`).
+  with one count, 8 at a time (:func:`perfgate.workload.prompts.build_prompts`).
 
     python benchmarks/prompt_building.py                 # 900 prompts, completions
     python benchmarks/prompt_building.py --api chat      # chat template included
@@ -24,8 +24,8 @@ from pathlib import Path
 import httpx
 
 from perfgate.profile import DEFAULT_PROFILE, load_profile
-from perfgate.session import PerfgateSession
-from perfgate.workload import Tokenizer, build_prompts, exact_prompt, word_costs
+from perfgate.run.session import PerfgateSession
+from perfgate.workload.prompts import Tokenizer, build_prompts, exact_prompt, word_costs
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,9 +20,9 @@ import json
 import random
 
 from perfgate.client import RequestRecord
-from perfgate.load import LevelRun
-from perfgate.metrics import LevelData, Measurement
-from perfgate.report import RunRecord
+from perfgate.load.level import LevelRun
+from perfgate.measure.metrics import LevelData, Measurement
+from perfgate.results.run import RunRecord
 
 LEVELS = [1, 2, 4, 8, 16, 32, 64, 100]
 WORDS = "the quick brown fox jumps over a lazy dog while seven tired engineers watch".split()

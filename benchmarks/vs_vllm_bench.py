@@ -21,7 +21,7 @@ lengths, and their reported figures are compared with ground truth:
    eval ms / (tokens - 1), its TPOT). They are the numbers llama.cpp also streams as
    ``timings``, which perfgate records per request.
 
-perfgate runs in this process (:func:`perfgate.sweep.run_sweep`, one level, no warmup); its
+perfgate runs in this process (:func:`perfgate.load.sweep.run_sweep`, one level, no warmup); its
 CPU is ``time.process_time()`` plus any client processes it started. ``vllm bench serve``
 runs as a subprocess (``--request-rate inf --max-concurrency C --ignore-eos``, the random
 dataset with a seed per run, no warmup, no ready check); its CPU is the
@@ -85,11 +85,11 @@ from typing import Any
 import httpx
 from sim_throughput import process_cpu_seconds
 
-from perfgate.metrics import level_metrics
+from perfgate.load.sweep import run_sweep
+from perfgate.load.workers import RequestPlan
+from perfgate.measure.metrics import level_metrics
 from perfgate.sim import SimConfig, SimProcess, SimRecord
-from perfgate.sweep import run_sweep
-from perfgate.workers import RequestPlan
-from perfgate.workload import Prompt
+from perfgate.workload.prompts import Prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 HF_CACHE = Path.home() / ".cache" / "perfgate" / "hf"
@@ -518,7 +518,7 @@ def log_truth(log: str, expected: int) -> Truth:
 
 def llama_prompts(base_url: str, engine: Any, model: str, count: int, seed: int) -> list[Prompt]:
     """perfgate's own workload: seeded prompts of exactly 128 tokens, counted by the server."""
-    from perfgate.workload import Tokenizer, build_prompts
+    from perfgate.workload.prompts import Tokenizer, build_prompts
 
     with httpx.Client(base_url=base_url, timeout=30.0) as client:
         return build_prompts(Tokenizer(client, engine, model), count, 128, seed)
@@ -526,7 +526,7 @@ def llama_prompts(base_url: str, engine: Any, model: str, count: int, seed: int)
 
 def bench_llama(args: argparse.Namespace, levels: Sequence[int]) -> list[ToolRun]:
     from perfgate.profile import DEFAULT_PROFILE, load_profile
-    from perfgate.session import PerfgateSession
+    from perfgate.run.session import PerfgateSession
 
     tmp = Path(tempfile.mkdtemp(prefix="vs-vllm-llama-"))
     session = PerfgateSession(

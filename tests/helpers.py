@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perfgate.launch.process import OWNER_ENV
-from perfgate.telemetry import SMI_FIELDS
+from perfgate.measure.telemetry import SMI_FIELDS
 
 if TYPE_CHECKING:
     from perfgate.profile import Profile
-    from perfgate.session import PerfgateSession
+    from perfgate.run.session import PerfgateSession
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE_TOML = (ROOT / "profiles" / "llamacpp-gemma3-270m.toml").read_text()
@@ -309,7 +309,7 @@ def small_profile(**server_args: object) -> Profile:
 
 def session_for(profile: Profile, tmp_path: Path, progress=None) -> PerfgateSession:
     """A session on ``profile`` writing under ``tmp_path``."""
-    from perfgate.session import PerfgateSession
+    from perfgate.run.session import PerfgateSession
 
     return PerfgateSession(
         profile,
@@ -325,7 +325,7 @@ def profile_server(name: str, tmp_path: Path, **args: object):
     """A shipped profile's real server, its flags changed by ``args``, started here for
     tests that attach to it; stopped on leaving."""
     from perfgate.profile import load_profile
-    from perfgate.session import PerfgateSession
+    from perfgate.run.session import PerfgateSession
 
     profile = load_profile(name, ROOT / "profiles")
     server = profile.server.model_copy(update={"args": {**profile.server.args, **args}})

@@ -8,12 +8,12 @@ import statistics
 from typing import Any
 
 from perfgate.client.monitor import LAG_BOUND_S
-from perfgate.load import LevelRun
-from perfgate.metrics import level_metrics
+from perfgate.load.level import LevelRun
+from perfgate.load.sweep import run_sweep
+from perfgate.load.workers import RequestPlan
+from perfgate.measure.metrics import level_metrics
 from perfgate.sim import SimProcess
-from perfgate.sweep import run_sweep
-from perfgate.workers import RequestPlan
-from perfgate.workload import Prompt
+from perfgate.workload.prompts import Prompt
 
 CONCURRENCY, WAVES = 8, 3
 # requests are told apart by their own output lengths; the first is the warmup

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from perfgate.client import RequestRecord
 from perfgate.client.monitor import HarnessStats
-from perfgate.load import LevelRun
-from perfgate.metrics import LevelData, Measurement, SpecStats
+from perfgate.load.level import LevelRun
+from perfgate.measure.metrics import LevelData, Measurement, SpecStats
 
 TOKENS = 10
 

@@ -9,22 +9,19 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from perfgate.baseline import Check, build_baseline, load_profile_baselines
-from perfgate.diagnose import diagnose
+from perfgate.diagnose.causes import diagnose
 from perfgate.errors import PerfgateError
-from perfgate.figures import delta_text, run_values
-from perfgate.gate import GatePolicy
-from perfgate.history import (
-    DEFAULT_HISTORY_DIR,
-    history_path,
-    load_history,
-    plot_history,
-    render_history,
-    select_keys,
-)
+from perfgate.gate.baseline import load_profile_baselines
+from perfgate.gate.figures import delta_text, run_values
+from perfgate.gate.policy import GatePolicy
+from perfgate.gate.recording import build_baseline
+from perfgate.gate.verdict import Check
 from perfgate.profile import GateSpec, available_profiles, load_profile
-from perfgate.report import RunRecord, csv_text, load_run, render_table
-from perfgate.summary import markdown_summary
+from perfgate.render.history import plot_history, render_history, select_keys
+from perfgate.render.markdown import markdown_summary
+from perfgate.render.table import csv_text, render_table
+from perfgate.results.history import DEFAULT_HISTORY_DIR, history_path, load_history
+from perfgate.results.run import RunRecord, load_run
 
 
 def _profiles(args: argparse.Namespace) -> int:
@@ -42,8 +39,9 @@ def _baseline_rederive(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from perfgate import __version__
-    from perfgate.baseline import ANY_HARDWARE, baseline_path, diff_lines, save_baseline
-    from perfgate.session import gate_policy
+    from perfgate.gate.baseline import ANY_HARDWARE, baseline_path, save_baseline
+    from perfgate.gate.recording import diff_lines
+    from perfgate.run.session import gate_policy
 
     directory = Path(args.baselines_dir)
     profile = load_profile(args.profile, Path(args.profiles_dir))
@@ -240,7 +238,7 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from perfgate.plots import load_baseline_run, render_run_plots, run_failed, run_stem
+    from perfgate.render.plots import load_baseline_run, render_run_plots, run_failed, run_stem
 
     path = Path(args.run_json)
     run = load_run(path)
@@ -361,9 +359,9 @@ def _import(args: argparse.Namespace) -> int:
 def _record_imported(args: argparse.Namespace, run: RunRecord, out: Path) -> int:
     """Record the imported run as ``--profile``'s baseline for ``--hardware``."""
     from perfgate import __version__
-    from perfgate.baseline import baseline_path, save_baseline
+    from perfgate.gate.baseline import baseline_path, save_baseline
     from perfgate.launch.hardware import describe_local_hardware
-    from perfgate.session import gate_policy
+    from perfgate.run.session import gate_policy
 
     if not args.profile:
         print("perfgate import: --update-baselines needs --profile NAME", file=sys.stderr)

@@ -31,13 +31,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from perfgate.baseline import write_json_atomic
 from perfgate.errors import PerfgateError
-from perfgate.gate import GateExit
+from perfgate.files import write_json_atomic
+from perfgate.gate.policy import GateExit
 from perfgate.launch.lifeline import lifeline
 from perfgate.profile import Profile
-from perfgate.report import RunRecord
-from perfgate.summary import markdown_summary
+from perfgate.render.markdown import markdown_summary
+from perfgate.results.run import RunRecord
 
 INSTALL_HINT = "pip install 'perfgate[fleet]' (Ray)"
 MAX_LOG_CHARS = 400_000  # the end of a gate's log comes back

@@ -28,9 +28,9 @@ from typing import Any, Literal
 from perfgate import __version__
 from perfgate.client.stream import RequestRecord
 from perfgate.errors import PerfgateError
-from perfgate.load import LevelRun
-from perfgate.metrics import LevelData, Measurement
-from perfgate.report import RunRecord
+from perfgate.load.level import LevelRun
+from perfgate.measure.metrics import LevelData, Measurement
+from perfgate.results.run import RunRecord
 
 Format = Literal["vllm", "aiperf"]
 

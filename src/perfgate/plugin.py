@@ -1,6 +1,6 @@
 """pytest plugin: options, markers, the run's session object, ordering, terminal summary.
 
-Thin by design: the work happens in :mod:`perfgate.session`.
+Thin by design: the work happens in :mod:`perfgate.run.session`.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import pytest
 
 import perfgate.suites
 from perfgate.errors import PerfgateError
-from perfgate.gate import exit_code
-from perfgate.live import Mode, ProgressView
+from perfgate.gate.policy import exit_code
 from perfgate.profile import DEFAULT_PROFILE, default_profile, load_profile
-from perfgate.session import GateOptions, PerfgateSession
-from perfgate.summary import floors_only_line
+from perfgate.render.live import Mode, ProgressView
+from perfgate.render.markdown import floors_only_line
+from perfgate.run.session import GateOptions, PerfgateSession
 
 # The suites' fixtures, registered where perfgate is configured (not in other projects'
 # pytest runs: their own fixtures named client or backend stay theirs)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from perfgate.correctness.quality import contains_answer, extract_code
+from perfgate.correctness.sandbox import run_sandboxed
 from perfgate.errors import SandboxUnavailable
-from perfgate.quality import contains_answer, extract_code
-from perfgate.sandbox import run_sandboxed
 
 pytestmark = [pytest.mark.correctness, pytest.mark.perf]
 DATA = Path(__file__).parent / "data"
@@ -42,8 +42,8 @@ def test_known_answers(asker, perfgate_session):
 
 
 def test_code_answers_run_in_the_sandbox(asker, perfgate_session):
-    """The model's code runs in OS isolation (``perfgate.sandbox``); where there is none,
-    only a profile's ``code_sandbox = 'allow-guard'`` lets the weaker guard run it."""
+    """The model's code runs in OS isolation (``perfgate.correctness.sandbox``); where there
+    is none, only a profile's ``code_sandbox = 'allow-guard'`` lets the weaker guard run it."""
     spec = perfgate_session.profile.correctness
     if not spec.code_tasks:
         pytest.skip("the profile turns code tasks off (correctness.code_tasks = false)")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.quality import is_degenerate
+from perfgate.correctness.quality import is_degenerate
 
 pytestmark = [pytest.mark.correctness, pytest.mark.perf, pytest.mark.usability]
 DATA = json.loads((Path(__file__).parent / "data" / "open_prompts.json").read_text())

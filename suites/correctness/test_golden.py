@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.golden import GoldenOutputs, compare_golden, greedy_outputs
+from perfgate.correctness.golden import GoldenOutputs, compare_golden, greedy_outputs
 
 pytestmark = [pytest.mark.correctness, pytest.mark.perf]
 DATA = json.loads((Path(__file__).parent / "data" / "golden_prompts.json").read_text())

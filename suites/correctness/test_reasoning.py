@@ -5,7 +5,7 @@ think for ``correctness.reasoning_budget`` tokens before it answers."""
 
 import pytest
 
-from perfgate.quality import reasoning_problems
+from perfgate.correctness.quality import reasoning_problems
 
 pytestmark = [pytest.mark.correctness, pytest.mark.perf]
 QUESTION = "A farmer has 17 sheep; all but 9 run away. How many are left? Think step by step."

@@ -2,7 +2,7 @@
 
 Also part of the perf job (marker ``perf``): ``pytest -m perf`` runs these first, and
 perf tests refuse to measure a backend that failed them. Every check asks through the
-profile's API and reads the answer for its model kind (``perfgate.asking``): base models
+profile's API and reads the answer for its model kind (``perfgate.correctness.asking``): base models
 get completion prompts, instruct and reasoning models chat; a reasoning model's answer
 is the content after its reasoning. Chunks may carry several tokens (speculative
 decoding): chunks ≤ usage, never equality.
@@ -10,7 +10,7 @@ decoding): chunks ≤ usage, never equality.
 
 import pytest
 
-from perfgate.asking import Refused
+from perfgate.correctness.asking import Refused
 
 pytestmark = [pytest.mark.correctness, pytest.mark.perf]
 

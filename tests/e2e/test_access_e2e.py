@@ -8,14 +8,7 @@ from __future__ import annotations
 
 import json
 
-from tests.helpers import (
-    ROOT,
-    TINY,
-    floor_baselines,
-    profile_toml,
-    run_pytest,
-    runs_in,
-)
+from tests.helpers import ROOT, TINY, floor_baselines, profile_toml, run_pytest, runs_in
 
 KEY = "sk-planted-llama-3e9d71"  # planted: it must appear in no file the run writes
 
@@ -23,7 +16,7 @@ KEY = "sk-planted-llama-3e9d71"  # planted: it must appear in no file the run wr
 def keyed_server(tmp_path, monkeypatch):
     """The default profile's real llama-server, started with --api-key KEY."""
     from perfgate.profile import DEFAULT_PROFILE, load_profile
-    from perfgate.session import PerfgateSession
+    from perfgate.run.session import PerfgateSession
 
     monkeypatch.setenv("LLAMA_API_KEY", KEY)
     profile = load_profile(DEFAULT_PROFILE, ROOT / "profiles")

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from perfgate.figures import parse_key, run_values
-from perfgate.report import load_run
+from perfgate.gate.figures import parse_key, run_values
+from perfgate.results.run import load_run
 from tests.helpers import ROOT, floor_baselines, require_smollm2, require_vllm, run_pytest
 
 
@@ -157,7 +157,7 @@ def test_speculative_vllm_streams_several_tokens_per_chunk_and_refuses_logit_bia
     require_vllm()
     require_smollm2()
     from perfgate.profile import load_profile
-    from perfgate.session import PerfgateSession
+    from perfgate.run.session import PerfgateSession
 
     name = "vllm-cpu-smollm2-ngram"
     copy = variant(name, tmp_path, "", "")

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from perfgate.profile import load_profile
-from perfgate.report import load_run
-from perfgate.session import PerfgateSession
+from perfgate.results.run import load_run
+from perfgate.run.session import PerfgateSession
 from tests.helpers import (
     JUDGED_PASSED,
     ROOT,

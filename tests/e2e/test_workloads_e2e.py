@@ -103,7 +103,7 @@ def test_spread_dataset_and_shared_prefix_lengths_are_exact_on_the_real_server(t
     """Every prompt the server receives is as long as planned (usage.prompt_tokens) and
     streams as many tokens as its request asked for: lengths spread ±50%, prompts from the
     shipped dataset with their replies' lengths, and shared-prefix prompts."""
-    from perfgate.workers import SequentialClient
+    from perfgate.load.workers import SequentialClient
     from tests.helpers import session_for, small_profile
 
     profile = small_profile()

@@ -12,8 +12,8 @@ import pytest
 
 from perfgate.errors import BackendStartError
 from perfgate.profile import DEFAULT_PROFILE
-from perfgate.report import load_run
-from perfgate.session import PerfgateSession
+from perfgate.results.run import load_run
+from perfgate.run.session import PerfgateSession
 from tests.helpers import ROOT, session_for, small_profile
 
 
@@ -88,8 +88,8 @@ def test_server_killed_during_a_level_fails_fast_and_stops_the_sweep(tmp_path):
     import asyncio
     import threading
 
-    from perfgate.sweep import run_sweep
-    from perfgate.workload import Tokenizer, build_prompts
+    from perfgate.load.sweep import run_sweep
+    from perfgate.workload.prompts import Tokenizer, build_prompts
 
     session = session_for(small_profile(), tmp_path)
     try:

@@ -34,7 +34,7 @@ def keyed_vllm(tmp_path_factory):
     the module's end, leaving no server of perfgate's behind."""
     require_vllm()
     from perfgate.profile import load_profile
-    from perfgate.session import PerfgateSession
+    from perfgate.run.session import PerfgateSession
 
     before = owned_server_pids()
     profile = load_profile("vllm-cpu-gemma3-270m", ROOT / "profiles")

@@ -4,9 +4,9 @@ run it in tests/e2e/test_plugin_e2e.py.)"""
 
 from __future__ import annotations
 
-from perfgate.figures import measurement_values
+from perfgate.gate.figures import measurement_values
 from perfgate.profile import DEFAULT_PROFILE, load_profile
-from perfgate.session import GateOptions, PerfgateSession
+from perfgate.run.session import GateOptions, PerfgateSession
 from tests.helpers import ONE_THREAD, ROOT
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from perfgate.client import SimpleClient
+from perfgate.correctness.quality import is_degenerate
 from perfgate.profile import DEFAULT_PROFILE, load_profile
-from perfgate.quality import is_degenerate
 from tests.helpers import ROOT, session_for, small_profile
 
 DATA = json.loads((ROOT / "suites/correctness/data/open_prompts.json").read_text())

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from perfgate.rayshards import RayLink, RayShardPool
+from perfgate.load.rayshards import RayLink, RayShardPool
+from perfgate.load.sweep import ShardPool
 from perfgate.sim import SimConfig, SimProcess
-from perfgate.sweep import ShardPool
 from tests.helpers import TINY, floor_baselines, profile_toml, require_ray, run_pytest
 from tests.sim_truth import check_against_the_server, run_one_level
 
@@ -58,7 +58,7 @@ class SkewedActor:
     SKEW = 1000.0
 
     def __init__(self, base_url):
-        from perfgate.rayshards import ShardActor
+        from perfgate.load.rayshards import ShardActor
 
         self.shard = ShardActor(base_url)
         self.now = _Method(self._now)

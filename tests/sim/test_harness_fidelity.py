@@ -15,10 +15,10 @@ import itertools
 import pytest
 
 from perfgate.client.transport import pooled_client
-from perfgate.load import run_level
+from perfgate.load.level import run_level
+from perfgate.load.workers import HttpxWorkers, RequestPlan, WireWorkers
 from perfgate.sim import SimConfig, SimProcess
-from perfgate.workers import HttpxWorkers, RequestPlan, WireWorkers
-from perfgate.workload import Prompt
+from perfgate.workload.prompts import Prompt
 
 CONCURRENCY = 64
 TTFT_S = 0.02

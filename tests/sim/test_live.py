@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import io
 
-from perfgate.live import ProgressView, duration
-from perfgate.load import Tally
+from perfgate.load.level import Tally
+from perfgate.load.sweep import run_sweep
+from perfgate.load.workers import RequestPlan
+from perfgate.render.live import ProgressView, duration
 from perfgate.sim import SimConfig, SimProcess
-from perfgate.sweep import run_sweep
-from perfgate.workers import RequestPlan
-from perfgate.workload import Prompt
+from perfgate.workload.prompts import Prompt
 
 
 class FakeClock:

@@ -8,11 +8,11 @@ import statistics
 import httpx
 import pytest
 
-from perfgate.load import run_level
+from perfgate.load.level import run_level
+from perfgate.load.sweep import ShardPool, run_sweep
+from perfgate.load.workers import HttpxWorkers, RequestPlan
 from perfgate.sim import SimConfig, SimProcess
-from perfgate.sweep import ShardPool, run_sweep
-from perfgate.workers import HttpxWorkers, RequestPlan
-from perfgate.workload import Prompt
+from perfgate.workload.prompts import Prompt
 from tests.scripted import completion_chunk, sse, usage_chunk
 from tests.sim_truth import check_against_the_server, run_one_level
 
@@ -172,7 +172,7 @@ def test_a_sweep_spreads_its_workers_over_client_processes_on_one_clock():
 
 
 def test_more_client_processes_only_once_one_could_not_keep_up():
-    from perfgate.sweep import client_processes
+    from perfgate.load.sweep import client_processes
     from tests.synthetic import harness_stats as stats
 
     assert client_processes(1, stats(0.1, 0.3), limit=4) == 1  # keeping up
@@ -276,7 +276,7 @@ def test_auto_adds_a_client_process_once_one_could_not_keep_up_and_not_before():
     """``processes="auto"`` on real levels: a first level that keeps one client process
     busy past BUSY_SHARE of a core (50,000-token answers written whole) runs its next level
     over two processes; a calm first level (a token every 10 ms) keeps one."""
-    from perfgate.sweep import BUSY_SHARE
+    from perfgate.load.sweep import BUSY_SHARE
 
     def sweep(config: SimConfig, output_len: int):
         plan = RequestPlan(

@@ -12,11 +12,11 @@ import statistics
 
 import pytest
 
-from perfgate.arrivals import arrival_offsets
-from perfgate.load import RateShape, run_rate_level
-from perfgate.metrics import LevelData
+from perfgate.load.level import RateShape, run_rate_level
+from perfgate.load.workers import WireWorkers
+from perfgate.measure.metrics import LevelData
 from perfgate.sim import SimConfig, SimProcess
-from perfgate.workers import WireWorkers
+from perfgate.workload.arrivals import arrival_offsets
 from tests.sim.test_load import PLAN, prompts
 
 
@@ -125,8 +125,8 @@ async def test_a_full_cap_holds_requests_back_and_their_latency_counts_the_wait(
 async def test_a_conversations_turns_go_in_order_each_after_the_previous_answer():
     """Closed loop, 2 in flight, 3 conversations of 3, 1 and 4 turns: each worker sends a
     conversation's turns one after another, every turn after the one before it ended."""
-    from perfgate.load import run_level
-    from perfgate.workload import Prompt
+    from perfgate.load.level import run_level
+    from perfgate.workload.prompts import Prompt
 
     prompts = []
     for n in (3, 1, 4):

@@ -10,8 +10,8 @@ import pytest
 
 from perfgate.client import encode_body, request_body
 from perfgate.client.wire import Endpoint, header_lines
+from perfgate.load.workers import RequestPlan, WireWorkers, finished
 from perfgate.sim import SimConfig, serve, words
-from perfgate.workers import RequestPlan, WireWorkers, finished
 
 PLAN = RequestPlan(api="completions", model="sim", output_len=5, request_timeout_s=10)
 CHAT = RequestPlan(api="chat", model="sim", output_len=5, request_timeout_s=10)

@@ -7,11 +7,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from perfgate.asking import Answer, Asker, model_kind
 from perfgate.client import SimpleClient
+from perfgate.correctness.asking import Answer, Asker, model_kind
+from perfgate.correctness.quality import leaked_markers, reasoning_problems
 from perfgate.engines import get_engine
 from perfgate.profile import CorrectnessSpec, load_profile
-from perfgate.quality import leaked_markers, reasoning_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 STREAMS = Path(__file__).parents[1] / "data" / "streams"

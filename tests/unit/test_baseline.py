@@ -4,17 +4,16 @@ import json
 
 import pytest
 
-from perfgate.baseline import (
+from perfgate.errors import BaselineError
+from perfgate.gate.baseline import (
     Expectation,
     baseline_path,
-    build_baseline,
-    compare,
-    diff_lines,
     load_baseline,
     load_profile_baselines,
     save_baseline,
 )
-from perfgate.errors import BaselineError
+from perfgate.gate.recording import build_baseline, diff_lines
+from perfgate.gate.verdict import compare
 from perfgate.stats import Rule
 
 RULE = Rule(min_runs=3, max_runs=3, figures=1)

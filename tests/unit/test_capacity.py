@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfgate.baseline import build_baseline
-from perfgate.capacity import capacity_of, next_probe, search_capacity
 from perfgate.errors import ProfileError
-from perfgate.figures import parse_key, run_values
-from perfgate.gate import GatePolicy
-from perfgate.metrics import CapacitySearch, Goodput, Measurement, Probe
+from perfgate.gate.capacity import capacity_of, next_probe, search_capacity
+from perfgate.gate.figures import parse_key, run_values
+from perfgate.gate.policy import GatePolicy
+from perfgate.gate.recording import build_baseline
+from perfgate.measure.metrics import CapacitySearch, Goodput, Measurement, Probe
 from perfgate.profile import CapacitySpec, Slo, load_profile
 from perfgate.stats import Rule
 from tests.unit.test_profile import VALID, write

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfgate.rayshards import clock_offset
+from perfgate.load.rayshards import clock_offset
 
 
 def test_a_remote_clock_is_joined_from_its_fastest_reading():

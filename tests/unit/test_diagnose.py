@@ -16,12 +16,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfgate.baseline import Check
-from perfgate.diagnose import RULES, diagnose, fact_changes, likely_causes, matching_log_lines
+from perfgate.diagnose.causes import (
+    RULES,
+    diagnose,
+    fact_changes,
+    likely_causes,
+    matching_log_lines,
+)
 from perfgate.engines import VLLM, Fact, LlamaCpp, SGLang
 from perfgate.engines.base import DIAGNOSIS_GREP, facts_from_flags, parse_spec_counters
 from perfgate.engines.sglang import parse_server_args, spec_counters_from
 from perfgate.engines.vllm import parse_python_dict
+from perfgate.gate.verdict import Check
 
 LOGS = Path(__file__).parents[1] / "data" / "logs"
 

@@ -35,7 +35,7 @@ def test_the_figures_page_comes_from_the_registry():
         import gen_reference
     finally:
         sys.path.pop(0)
-    from perfgate import figures
+    from perfgate.gate import figures
 
     page = gen_reference.figures_page()
     for figure in (*figures.FIGURES, figures.SCALING, *figures.CHOSEN, *figures.SEARCH_FIGURES):

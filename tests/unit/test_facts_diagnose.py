@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfgate.diagnose import ABSENT_IS_UNKNOWN, diagnose, fact_changes, likely_causes
+from perfgate.diagnose.causes import ABSENT_IS_UNKNOWN, diagnose, fact_changes, likely_causes
 from perfgate.engines import VLLM, Fact, LlamaCpp
 
 LOGS = Path(__file__).parents[1] / "data" / "logs"

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from perfgate.profile import Profile
-from perfgate.session import PerfgateSession
+from perfgate.run.session import PerfgateSession
 from tests.helpers import ROOT
 
 

@@ -9,12 +9,13 @@ import statistics
 
 import pytest
 
-from perfgate.baseline import build_baseline
-from perfgate.figures import BY_NAME, FIGURES, Figure, register, run_values, unregister
-from perfgate.gate import GatePolicy
-from perfgate.metrics import LevelData
-from perfgate.report import csv_text, load_run, render_table
-from perfgate.summary import markdown_summary
+from perfgate.gate.figures import BY_NAME, FIGURES, Figure, register, run_values, unregister
+from perfgate.gate.policy import GatePolicy
+from perfgate.gate.recording import build_baseline
+from perfgate.measure.metrics import LevelData
+from perfgate.render.markdown import markdown_summary
+from perfgate.render.table import csv_text, render_table
+from perfgate.results.run import load_run
 from tests.unit.test_rerender_golden import FAILED, PASSED, perfgate
 
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfgate.baseline import build_baseline
 from perfgate.client import RequestRecord
 from perfgate.errors import ProfileError
-from perfgate.figures import CHOSEN, level_values, run_values
-from perfgate.gate import GatePolicy
-from perfgate.load import LevelRun
-from perfgate.metrics import LevelData, Measurement
+from perfgate.gate.figures import CHOSEN, level_values, run_values
+from perfgate.gate.policy import GatePolicy
+from perfgate.gate.recording import build_baseline
+from perfgate.load.level import LevelRun
+from perfgate.measure.metrics import LevelData, Measurement
 from perfgate.profile import Slo, load_profile
-from perfgate.report import render_table
-from perfgate.session import PerfgateSession
+from perfgate.render.table import render_table
+from perfgate.run.session import PerfgateSession
 from perfgate.stats import Rule
 from tests.helpers import ROOT
 

@@ -4,10 +4,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfgate.baseline import build_baseline
-from perfgate.figures import run_values
-from perfgate.gate import GatePolicy, choose_baseline
-from perfgate.metrics import Measurement
+from perfgate.gate.figures import run_values
+from perfgate.gate.policy import GatePolicy, choose_baseline
+from perfgate.gate.recording import build_baseline
+from perfgate.measure.metrics import Measurement
 from perfgate.stats import Rule
 from tests.synthetic import level_run, measurement
 
@@ -136,7 +136,7 @@ def test_recording_merges_keeps_unmeasured_figures_and_derives_tolerances():
 
 
 def test_scaling_is_each_runs_aggregate_over_the_c1_median():
-    from perfgate.figures import measurement_values
+    from perfgate.gate.figures import measurement_values
 
     # level_run(c, tok_s): aggregate = c x tok_s
     m = measurement({1: [100.0, 80.0, 110.0], 4: [50.0, 40.0]})
@@ -151,7 +151,7 @@ def test_scaling_is_each_runs_aggregate_over_the_c1_median():
 def test_a_server_that_stopped_batching_fails_the_any_hardware_scaling_target():
     """The embedded default's hardware-independent target: C=4 gives at least 1.1x the
     aggregate tok/s of C=1, on any machine. A server that serializes requests does not."""
-    from perfgate.baseline import load_baseline
+    from perfgate.gate.baseline import load_baseline
     from tests.helpers import ROOT
 
     target = load_baseline(ROOT / "baselines" / "llamacpp-gemma3-270m" / "any.json")
@@ -199,8 +199,8 @@ def test_a_timing_figure_the_harness_error_could_flip_is_untrusted():
 def test_the_exit_code_names_the_most_serious_failure():
     """pytest's own codes (interrupted, usage) stand; else correctness, then a regression,
     then a missing figure or no baseline, then too noisy; a clean run exits 0."""
-    from perfgate.baseline import Check
-    from perfgate.gate import GateExit, exit_code
+    from perfgate.gate.policy import GateExit, exit_code
+    from perfgate.gate.verdict import Check
 
     def checks(*verdicts: str) -> list[Check]:
         return [Check(key=f"sweep.c{i + 1}.agg_tok_s", verdict=v) for i, v in enumerate(verdicts)]
@@ -322,7 +322,7 @@ def test_the_scaling_target_is_measured_again_while_undecided():
     """The any tier's scaling target (C=2 at least 1.1x C=1 here) is read while measuring:
     a C=2 level whose scaling sits at its target is measured again, one clearly above it
     is not; without the C=1 runs there is no scaling to read."""
-    from perfgate.baseline import Baseline, Expectation
+    from perfgate.gate.baseline import Baseline, Expectation
 
     target = Baseline(
         schema_version=2, profile="p", hardware="any",

@@ -6,7 +6,7 @@ the hand-built cases below are labelled as such and test the rule's edges."""
 import json
 from pathlib import Path
 
-from perfgate.golden import (
+from perfgate.correctness.golden import (
     GoldenOutputs,
     TokenChoice,
     compare_golden,

@@ -8,23 +8,16 @@ from pathlib import Path
 import pytest
 
 from perfgate import cli
-from perfgate.baseline import Check, load_baseline
 from perfgate.errors import PerfgateError, ProfileError
-from perfgate.gate import GatePolicy
-from perfgate.history import (
-    FigurePoint,
-    HistoryEntry,
-    append_entry,
-    apply_creep_rule,
-    entry_from_run,
-    history_path,
-    load_history,
-    plot_history,
-    render_history,
-)
-from perfgate.plots import PlotsUnavailable, require_matplotlib
+from perfgate.gate.baseline import load_baseline
+from perfgate.gate.creep import FigurePoint, HistoryEntry, apply_creep_rule
+from perfgate.gate.policy import GatePolicy
+from perfgate.gate.verdict import Check
 from perfgate.profile import load_profile
-from perfgate.report import BaselineRef, RunRecord, load_run
+from perfgate.render.history import plot_history, render_history
+from perfgate.render.plots import PlotsUnavailable, require_matplotlib
+from perfgate.results.history import append_entry, entry_from_run, history_path, load_history
+from perfgate.results.run import BaselineRef, RunRecord, load_run
 from tests.unit.test_profile import VALID
 
 ROOT = Path(__file__).resolve().parents[2]

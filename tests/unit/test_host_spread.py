@@ -10,16 +10,10 @@ import random
 
 import pytest
 
-from perfgate.baseline import (
-    DEFAULT_HOST_SIGMA,
-    MIN_HOST_DF,
-    Baseline,
-    Expectation,
-    build_baseline,
-    compare,
-    merged_host_spread,
-)
-from perfgate.gate import GatePolicy, reach
+from perfgate.gate.baseline import DEFAULT_HOST_SIGMA, MIN_HOST_DF, Baseline, Expectation
+from perfgate.gate.policy import GatePolicy, reach
+from perfgate.gate.recording import build_baseline, merged_host_spread
+from perfgate.gate.verdict import compare
 from perfgate.stats import Rule
 
 FIGURES = {  # key: value on the recording host

@@ -13,7 +13,7 @@ import pytest
 from perfgate.cli import main
 from perfgate.errors import PerfgateError
 from perfgate.importing import imported_run, read_file
-from perfgate.report import load_run
+from perfgate.results.run import load_run
 
 PEERS = Path(__file__).resolve().parents[1] / "data" / "peers"
 AIPERF = PEERS / "aiperf_profile_export.from-docs.jsonl"

@@ -5,8 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from perfgate.client import RequestRecord
-from perfgate.load import LevelRun
-from perfgate.metrics import distribution, level_metrics, percentile
+from perfgate.load.level import LevelRun
+from perfgate.measure.metrics import distribution, level_metrics, percentile
 
 
 def record(index, start, token_times, end, completion=None, error=None, prompt=10):

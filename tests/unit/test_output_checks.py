@@ -2,9 +2,9 @@
 attached runs send prompts no earlier run sent."""
 
 from perfgate.client import RequestRecord
+from perfgate.load.workers import RequestPlan
 from perfgate.profile import DEFAULT_PROFILE, load_profile
-from perfgate.session import PerfgateSession
-from perfgate.workers import RequestPlan
+from perfgate.run.session import PerfgateSession
 from tests.helpers import ROOT
 
 

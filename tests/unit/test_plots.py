@@ -12,11 +12,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from perfgate import plots
-from perfgate.baseline import Check, load_baseline
 from perfgate.cli import main
-from perfgate.gate import GatePolicy
-from perfgate.plots import (
+from perfgate.gate.baseline import load_baseline
+from perfgate.gate.policy import GatePolicy
+from perfgate.gate.verdict import Check
+from perfgate.render import plots
+from perfgate.render.plots import (
     INSTALL_HINT,
     PlotsUnavailable,
     concurrency_scale,
@@ -26,7 +27,7 @@ from perfgate.plots import (
     run_failed,
     run_stem,
 )
-from perfgate.report import BaselineRef, RunRecord, load_run
+from perfgate.results.run import BaselineRef, RunRecord, load_run
 from tests.helpers import ROOT
 
 RUNS = sorted((ROOT / "baselines").glob("*/*.run.json.gz")) + sorted(

@@ -2,7 +2,7 @@
 
 import pytest
 
-from perfgate.quality import (
+from perfgate.correctness.quality import (
     DegeneracyLimits,
     compression_ratio,
     contains_answer,
@@ -78,13 +78,13 @@ NO_PARSER = {"role": "assistant", "content": "<think>All but 9.</think>9"}
 
 @pytest.mark.parametrize("message", [VLLM_MESSAGE, SGLANG_MESSAGE])
 def test_reasoning_in_either_documented_field_passes(message):
-    from perfgate.quality import message_reasoning, reasoning_problems
+    from perfgate.correctness.quality import message_reasoning, reasoning_problems
 
     assert not reasoning_problems(message_reasoning(message), message["content"])
 
 
 def test_reasoning_missing_or_leaked_fails():
-    from perfgate.quality import message_reasoning, reasoning_problems
+    from perfgate.correctness.quality import message_reasoning, reasoning_problems
 
     problems = reasoning_problems(message_reasoning(NO_PARSER), NO_PARSER["content"])
     assert any("no reasoning" in p for p in problems)

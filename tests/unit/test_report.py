@@ -1,10 +1,11 @@
 """The table's format and the run JSON's round trip."""
 
-from perfgate.baseline import build_baseline
 from perfgate.client import RequestRecord
-from perfgate.load import LevelRun
-from perfgate.metrics import LevelData, Measurement
-from perfgate.report import RunRecord, load_run, render_table, table_header
+from perfgate.gate.recording import build_baseline
+from perfgate.load.level import LevelRun
+from perfgate.measure.metrics import LevelData, Measurement
+from perfgate.render.table import render_table, table_header
+from perfgate.results.run import RunRecord, load_run
 from perfgate.stats import Rule
 
 
@@ -78,7 +79,7 @@ def test_table_marks_a_level_whose_harness_timing_error_is_above_the_bound():
 def test_number_arrays_go_on_one_line_but_strings_keep_their_text():
     import json
 
-    from perfgate.report import one_line_number_arrays
+    from perfgate.results.run import one_line_number_arrays
 
     data = {"gaps": [1, 20, -3, 1.5e-05], "why": "levels not run: [2, 4]", "nested": [[1, 2]]}
     text = one_line_number_arrays(json.dumps(data, indent=1))

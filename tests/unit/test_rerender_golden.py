@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from perfgate import cli
-from perfgate.history import entry_from_run, render_history
-from perfgate.plots import figure_points, tpot_points, ttft_points
-from perfgate.report import load_run
+from perfgate.render.history import render_history
+from perfgate.render.plots import figure_points, tpot_points, ttft_points
+from perfgate.results.history import entry_from_run
+from perfgate.results.run import load_run
 from tests.helpers import ROOT
 
 RUNS = Path("tests/data/runs")  # relative: the outputs name the files as a user typed them

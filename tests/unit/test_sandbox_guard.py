@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from perfgate.correctness.sandbox import run_sandboxed
 from perfgate.errors import SandboxUnavailable
-from perfgate.sandbox import run_sandboxed
 
 PRIME = """
 def is_prime(n):

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.baseline import load_profile_baselines
-from perfgate.diagnose import likely_causes
+from perfgate.diagnose.causes import likely_causes
 from perfgate.engines import Fact, get_engine
+from perfgate.gate.baseline import load_profile_baselines
 from perfgate.profile import load_profile
-from perfgate.session import PerfgateSession
+from perfgate.run.session import PerfgateSession
 from tests.helpers import ROOT
 from tests.synthetic import measurement
 

@@ -3,7 +3,7 @@
 import pytest
 
 from perfgate.engines import SpecCounters, parse_spec_counters
-from perfgate.metrics import SpecStats
+from perfgate.measure.metrics import SpecStats
 
 # captured from llama-server (--metrics, --spec-type draft-simple) on this machine
 LLAMACPP = """\

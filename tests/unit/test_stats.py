@@ -7,7 +7,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from perfgate.baseline import Expectation, compare, load_baseline
+from perfgate.gate.baseline import Expectation, load_baseline
+from perfgate.gate.verdict import compare
 from perfgate.stats import (
     Decision,
     Noise,
@@ -308,7 +309,7 @@ def test_runs_further_past_the_limit_never_buy_a_pass(key, most, worst):
     """Issue 27's case, against the shipped avx512 baseline (limit 1.25x; 12 figures):
     8 runs at 1.3x regress, and so do the same runs with 3 of them at 4.9x (their spread
     once widened the interval into a pass, with every run past the limit)."""
-    from perfgate.gate import GatePolicy
+    from perfgate.gate.policy import GatePolicy
     from tests.helpers import ROOT
 
     baseline = load_baseline(

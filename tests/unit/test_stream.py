@@ -4,15 +4,8 @@ import httpx
 import pytest
 
 from perfgate.client import request_body, stream_request
-from perfgate.metrics import inter_token_latencies, request_tpot
-from tests.scripted import (
-    FakeClock,
-    chat_chunk,
-    client_for,
-    completion_chunk,
-    sse,
-    usage_chunk,
-)
+from perfgate.measure.metrics import inter_token_latencies, request_tpot
+from tests.scripted import FakeClock, chat_chunk, client_for, completion_chunk, sse, usage_chunk
 
 pytestmark = pytest.mark.asyncio
 

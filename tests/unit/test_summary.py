@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from perfgate.report import load_run
-from perfgate.summary import markdown_summary
+from perfgate.render.markdown import markdown_summary
+from perfgate.results.run import load_run
 from tests.helpers import ROOT
 
 RUNS = ROOT / "tests" / "data" / "runs"
@@ -115,10 +115,10 @@ def test_a_run_gated_by_floors_only_says_so_and_how_much_slower_would_pass():
     hardware-independent floors (any.json) passes, and so would the same server 70%
     slower; neither says ✅ or "within tolerance", and each says how much slower its server
     could be unseen."""
-    from perfgate.baseline import load_baseline
-    from perfgate.gate import GatePolicy
-    from perfgate.report import BaselineRef
-    from perfgate.summary import floors_only_line
+    from perfgate.gate.baseline import load_baseline
+    from perfgate.gate.policy import GatePolicy
+    from perfgate.render.markdown import floors_only_line
+    from perfgate.results.run import BaselineRef
 
     floors = load_baseline(ROOT / "baselines" / "llamacpp-gemma3-270m" / "any.json")
     assert floors is not None

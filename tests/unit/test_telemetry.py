@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from perfgate.diagnose import gpu_facts, likely_causes
-from perfgate.metrics import Measurement
-from perfgate.report import gpu_table, render_table
-from perfgate.telemetry import GpuSampler, GpuStats, GpuTelemetry, open_nvml
+from perfgate.diagnose.causes import gpu_facts, likely_causes
+from perfgate.measure.metrics import Measurement
+from perfgate.measure.telemetry import GpuSampler, GpuStats, GpuTelemetry, open_nvml
+from perfgate.render.table import gpu_table, render_table
 from tests.synthetic import level_run
 
 NVML_CALLS = (
@@ -157,7 +157,7 @@ def test_a_session_without_a_gpu_notes_it_once(tmp_path, monkeypatch):
 
     said = []
     session = session_for(small_profile(), tmp_path, progress=said.append)
-    monkeypatch.setattr("perfgate.session.open_nvml", lambda: open_nvml("perfgate_no_nvml"))
+    monkeypatch.setattr("perfgate.run.session.open_nvml", lambda: open_nvml("perfgate_no_nvml"))
     assert session.gpu_sampler() is None and session.gpu_sampler() is None
     notes = [n for n in session.run.notes if n.startswith("no GPU telemetry")]
     assert len(notes) == 1 and "NVML is not installed" in notes[0]
@@ -226,7 +226,7 @@ def test_the_table_shows_utilisation_and_energy_per_token():
 def test_nvidia_smi_lines_are_read_with_what_a_gpu_cannot_say_left_out():
     """Lines in nvidia-smi's documented CSV (tests.helpers.FAKE_SMI_SAMPLES, written from
     its documentation: no GPU here)."""
-    from perfgate.telemetry import parse_smi_line
+    from perfgate.measure.telemetry import parse_smi_line
     from tests.helpers import FAKE_SMI_SAMPLES
 
     h100, a100 = (parse_smi_line(line) for line in FAKE_SMI_SAMPLES.splitlines())
@@ -238,7 +238,7 @@ def test_nvidia_smi_lines_are_read_with_what_a_gpu_cannot_say_left_out():
 def test_the_smi_loop_gives_a_levels_telemetry_and_stops(tmp_path):
     """nvidia-smi's sampling loop (the fake, run here as the ssh launcher runs it there):
     each GPU's means, power integrated into energy, and the loop stopped."""
-    from perfgate.telemetry import SmiSampler, smi_command
+    from perfgate.measure.telemetry import SmiSampler, smi_command
     from tests.helpers import fake_nvidia_smi
 
     smi = fake_nvidia_smi(tmp_path / "bin")
@@ -257,7 +257,7 @@ def test_the_smi_loop_gives_a_levels_telemetry_and_stops(tmp_path):
 
 
 def test_an_smi_loop_that_cannot_run_gives_no_telemetry_and_says_why(tmp_path):
-    from perfgate.telemetry import SmiSampler
+    from perfgate.measure.telemetry import SmiSampler
 
     sampler = SmiSampler(["sh", "-c", "echo 'sh: 1: nvidia-smi: not found'; exit 127"])
     sampler.start()

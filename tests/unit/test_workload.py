@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfgate.errors import WorkloadError
-from perfgate.workload import PLAN_WORDS, build_prompts, word_costs
+from perfgate.workload.prompts import PLAN_WORDS, build_prompts, word_costs
 
 
 class UnevenTokenizer:

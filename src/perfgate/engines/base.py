@@ -16,13 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field
 
 from perfgate.errors import EngineUnavailable
-from perfgate.profile import (
-    ArgValue,
-    ModelSpec,
-    Profile,
-    is_secret_name,
-    redact_text,
-)
+from perfgate.profile import ArgValue, ModelSpec, Profile, is_secret_name, redact_text
 
 
 def flags_from_args(args: dict[str, ArgValue], model_path: str | None = None) -> list[str]:

@@ -22,14 +22,7 @@ from docker.types import DeviceRequest
 
 from perfgate.engines import Engine
 from perfgate.errors import BackendError, BackendStartError
-from perfgate.launch.base import (
-    Clock,
-    Sleep,
-    forget_live,
-    register_live,
-    tail,
-    wait_until_ready,
-)
+from perfgate.launch.base import Clock, Sleep, forget_live, register_live, tail, wait_until_ready
 from perfgate.launch.hardware import PROBE_SCRIPT, describe_probe, unknown_hardware
 from perfgate.launch.process import ensure_port_free, free_port
 from perfgate.profile import DockerSpec, Profile, redact_argv, redact_text

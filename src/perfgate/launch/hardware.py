@@ -23,7 +23,7 @@ The description is a flat dict::
                           machine), or "" where neither could be read
 
 The host id tells "the same host" from "another host of the same key" when a run is gated
-(perfgate.gate): it is a truncated SHA-256, so it names no machine. Virtual machines cloned
+(perfgate.gate.policy): it is a truncated SHA-256, so it names no machine. Virtual machines cloned
 from one image share a machine id, so the boot id is part of it: a reboot counts as another
 host, which is the cautious side (the spread between hosts is then added).
 

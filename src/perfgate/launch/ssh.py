@@ -19,14 +19,7 @@ from pathlib import Path
 
 from perfgate.engines import Engine
 from perfgate.errors import BackendError, BackendStartError
-from perfgate.launch.base import (
-    Clock,
-    Sleep,
-    forget_live,
-    register_live,
-    tail,
-    wait_until_ready,
-)
+from perfgate.launch.base import Clock, Sleep, forget_live, register_live, tail, wait_until_ready
 from perfgate.launch.hardware import PROBE_SCRIPT, describe_probe, unknown_hardware
 from perfgate.launch.process import OWNER_ENV, free_port
 from perfgate.profile import Profile, SshSpec, redact_argv, redact_text

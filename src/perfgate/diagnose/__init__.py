@@ -1,0 +1,1 @@
+"""Why figures failed: the server's facts, what changed, and the likely causes ranked."""

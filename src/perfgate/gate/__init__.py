@@ -1,0 +1,1 @@
+"""The verdict, pure code: the figures, baselines, the policy and its rules."""

@@ -1,0 +1,459 @@
+"""The gated figures, each defined once.
+
+A figure gives one value per run of a level (the sampling unit of every verdict):
+
+- ``agg_tok_s``: the run's aggregate tok/s (output tokens / wall time);
+- ``per_request_tok_s``: the median over the run's requests of their tok/s;
+- ``ttft_s``: the median over the run's requests of their TTFT;
+- ``accept_rate``: speculative acceptance over the run's measured window;
+
+Figures a profile may choose to gate as well (``gate.figures``; :data:`CHOSEN`), each
+the run's value over its successful requests:
+
+- ``ttft_p90_s``, ``ttft_p99_s``: 90th and 99th percentile of TTFT (``ttft_s`` is the
+  median);
+- ``tpot_p50_s``, ``tpot_p90_s``, ``tpot_p99_s``: percentiles of time per output token;
+- ``itl_p50_s``, ``itl_p90_s``, ``itl_p99_s``: percentiles of the gaps between
+  token-bearing chunks, pooled over the run's requests;
+- ``latency_p50_s``, ``latency_p90_s``, ``latency_p99_s``: percentiles of end-to-end
+  latency (sending to the last byte);
+- ``req_s``: request throughput, successful requests / wall time;
+- ``slo_met``, ``goodput_tok_s``: the share of requests that met the profile's service
+  levels (``[slo]``), and their output tokens per second; chosen whenever a profile sets
+  service levels.
+
+Figures of a whole measurement (no level), one value per capacity search
+(:data:`SEARCH_FIGURES`, key ``<measurement>.<figure>``):
+
+- ``max_concurrency``, ``max_req_s``: the highest concurrency, or request rate, a search
+  probed whose ``slo_met`` reached the profile's target (``[capacity]``).
+
+A figure read off token timestamps (``timing``) is only as exact as the harness: a
+level's timing error bound (its event loop's lag, ``HarnessStats``) can move it, and
+the gate says when that could change its verdict.
+- ``scaling`` (levels above C=1): the aggregate tok/s of run i of the level over that of
+  run i of C=1 (paired, so runs stay independent samples): the shape of concurrency
+  scaling, which holds across machines where absolute tok/s does not. It is a
+  hand-set, hardware-independent target (``any.json``); recording leaves it out, as an
+  exact baseline holds every level's tok/s already.
+
+The table, the gate, ``perfgate compare``, early abort, recording and the diagnosis
+all read :data:`FIGURES`. Keys name a figure of one level of one measurement:
+``<measurement>.c<C>.<figure>``, e.g. ``sweep.c4.agg_tok_s`` (``.r<rate>.`` for a request
+rate), or a measurement-wide figure: ``capacity.max_req_s``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+
+from perfgate.measure.metrics import (
+    CapacitySearch,
+    Distribution,
+    LevelData,
+    LevelMetrics,
+    Measurement,
+)
+from perfgate.stats import Direction
+
+KEY_PATTERN = re.compile(
+    r"^(?P<measurement>[a-z][a-z0-9_]*)\."
+    r"(?:(?:c(?P<c>[1-9][0-9]*)|r(?P<r>[0-9]+(?:\.[0-9]+)?))\.)?(?P<figure>\w+)$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One gated figure: what it is, which way is better, and its value in one run."""
+
+    name: str
+    title: str
+    unit: str
+    direction: Direction
+    min_tolerance: float  # the floor of a tolerance derived from noise
+    absent_when: str  # why a run may not produce it
+    value: Callable[[LevelData], float | None]
+    recorded: bool = True  # False: a hand-set target only, left out of recorded baselines
+    timing: bool = False  # read off token timestamps: the harness's timing error applies
+    chosen: bool = False  # True: measured and recorded only where a profile chooses it
+    search: Callable[[CapacitySearch], float | None] | None = None  # measurement-wide
+    # how it is shown: its terminal-table column's width and decimals (None: 4 for
+    # seconds, else 2), a share as a percentage, a column only where some level read it
+    width: int = 14
+    decimals: int | None = None
+    percent: bool = False
+    sparse: bool = False
+
+    def run_values(self, runs: Iterable[LevelData]) -> list[float]:
+        """One value per run that produced this figure."""
+        return [v for run in runs if (v := self.value(run)) is not None]
+
+    @property
+    def places(self) -> int:
+        """Decimals in a table cell."""
+        if self.decimals is not None:
+            return self.decimals
+        return 4 if self.unit == "s" else 2
+
+    def cell(self, value: float | None, width: int | None = None) -> str:
+        """The value in a table column, right-aligned ('-' when None); a share in %."""
+        shown = None if value is None else value * 100 if self.percent else value
+        return number_cell(shown, self.width if width is None else width, self.places)
+
+    def text(self, value: float | None, unit: str | None = None) -> str:
+        """The value for people: a share as a percentage, else 4 significant digits and
+        the unit ('-' when None)."""
+        if value is None:
+            return "-"
+        if self.percent:
+            return f"{value:.1%}"
+        return f"{value:.4g} {self.unit if unit is None else unit}".strip()
+
+
+def number_cell(value: float | None, width: int, decimals: int) -> str:
+    """A number right-aligned in ``width`` ('-' when None)."""
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.{decimals}f}"
+
+
+def delta_pct(measured: float | None, base: float | None) -> float | None:
+    """Δ%: how far ``measured`` is from ``base``, in percent of it (None when either is
+    unknown). Every table, verdict and diagnosis reads this one."""
+    if measured is None or base is None or not base:
+        return None
+    return (measured - base) / base * 100.0
+
+
+def delta_text(delta: float | None, suffix: str = "") -> str:
+    """Δ% for people: ``+12.5`` (``-`` when unknown)."""
+    return "-" if delta is None else f"{delta:+.1f}{suffix}"
+
+
+def _agg(run: LevelData) -> float | None:
+    return run.metrics.agg_tok_s if run.metrics.ok else None
+
+
+def _per_request(run: LevelData) -> float | None:
+    return run.metrics.per_request_tok_s.p50
+
+
+def _ttft(run: LevelData) -> float | None:
+    return run.metrics.ttft_s.p50
+
+
+def _accept(run: LevelData) -> float | None:
+    return run.spec.accept_rate if run.spec is not None else None
+
+
+FIGURES: list[Figure] = [
+    Figure(
+        "agg_tok_s",
+        "Agg tok/s",
+        "tok/s",
+        "higher",
+        0.02,
+        "no request of the level succeeded",
+        _agg,
+        width=10,
+    ),
+    Figure(
+        "per_request_tok_s",
+        "Per-req tok/s",
+        "tok/s",
+        "higher",
+        0.02,
+        "no request of the level succeeded",
+        _per_request,
+    ),
+    Figure(
+        "ttft_s",
+        "TTFT(s)",
+        "s",
+        "lower",
+        0.05,
+        "no request streamed a token",
+        _ttft,
+        timing=True,
+        width=8,
+        decimals=3,
+    ),
+    Figure(
+        "accept_rate",
+        "Accept%",
+        "",
+        "higher",
+        0.02,
+        "no speculative-decoding counters were read (speculation off, or the engine's "
+        "counters renamed or gone)",
+        _accept,
+        width=7,
+        decimals=1,
+        percent=True,
+        sparse=True,
+    ),
+]
+SCALING = Figure(
+    "scaling",
+    "Scaling",
+    "x",
+    "higher",
+    0.05,
+    "the measurement has no successful C=1 run to pair with",
+    _agg,  # divided by the paired C=1 run's in measurement_values
+    recorded=False,
+)
+
+
+def _percentile_of(
+    quantity: Callable[[LevelMetrics], Distribution], q: str
+) -> Callable[[LevelData], float | None]:
+    def value(run: LevelData) -> float | None:
+        return getattr(quantity(run.metrics), q) if run.metrics.ok else None
+
+    return value
+
+
+def _req_s(run: LevelData) -> float | None:
+    m = run.metrics
+    return m.ok / m.wall_s if m.ok and m.wall_s > 0 else None
+
+
+PERCENTILE_QUANTITIES: tuple[tuple[str, str, Callable[[LevelMetrics], Distribution], str], ...] = (
+    ("ttft", "TTFT", lambda m: m.ttft_s, "no request streamed a token"),
+    ("tpot", "TPOT", lambda m: m.tpot_s, "no request streamed two tokens or more"),
+    ("itl", "ITL", lambda m: m.itl_s, "no request streamed two chunks or more"),
+    ("latency", "Latency", lambda m: m.latency_s, "no request of the level succeeded"),
+)
+
+
+def _slo_met(run: LevelData) -> float | None:
+    return run.goodput.met_share if run.goodput is not None else None
+
+
+def _goodput(run: LevelData) -> float | None:
+    return run.goodput.goodput_tok_s if run.goodput is not None else None
+
+
+NO_SLO = "the profile sets no service levels ([slo])"
+SLO_FIGURES: tuple[Figure, ...] = (
+    Figure("slo_met", "SLO met", "", "higher", 0.02, NO_SLO, _slo_met, chosen=True),
+    Figure(
+        "goodput_tok_s", "Goodput tok/s", "tok/s", "higher", 0.02, NO_SLO, _goodput, chosen=True
+    ),
+)
+CHOSEN: list[Figure] = [
+    *(
+        Figure(
+            f"{name}_{q}_s",
+            f"{title} {q}(s)",
+            "s",
+            "lower",
+            0.05,
+            absent,
+            _percentile_of(quantity, q),
+            timing=True,
+            chosen=True,
+        )
+        for name, title, quantity, absent in PERCENTILE_QUANTITIES
+        for q in ("p50", "p90", "p99")
+        if (name, q) != ("ttft", "p50")  # that is ``ttft_s``
+    ),
+    Figure(
+        "req_s",
+        "Req/s",
+        "req/s",
+        "higher",
+        0.02,
+        "no request of the level succeeded",
+        _req_s,
+        chosen=True,
+    ),
+    *SLO_FIGURES,
+]
+
+
+def _never(_: LevelData) -> float | None:
+    return None
+
+
+def _capacity(by: str) -> Callable[[CapacitySearch], float | None]:
+    def value(search: CapacitySearch) -> float | None:
+        return search.capacity if search.by == by else None
+
+    return value
+
+
+NO_SEARCH = "no capacity search finished (the profile sets no [capacity], or it did not run)"
+SEARCH_FIGURES: list[Figure] = [
+    Figure(
+        "max_concurrency",
+        "Capacity (C)",
+        "in flight",
+        "higher",
+        0.1,
+        NO_SEARCH,
+        _never,
+        search=_capacity("concurrency"),
+    ),
+    Figure(
+        "max_req_s",
+        "Capacity req/s",
+        "req/s",
+        "higher",
+        0.1,
+        NO_SEARCH,
+        _never,
+        search=_capacity("rate"),
+    ),
+]
+BY_NAME: dict[str, Figure] = {f.name: f for f in (*FIGURES, SCALING, *CHOSEN, *SEARCH_FIGURES)}
+
+
+def register(figure: Figure) -> None:
+    """Add a figure to the registry: a default one (measured and judged at every level),
+    a ``chosen`` one, or a measurement-wide one (``search``). Tables, CSV, Markdown,
+    verdicts, baselines and history all read the registry; nothing else changes."""
+    if figure.name in BY_NAME:
+        raise ValueError(f"figure {figure.name!r} is already registered")
+    group = SEARCH_FIGURES if figure.search else CHOSEN if figure.chosen else FIGURES
+    group.append(figure)
+    BY_NAME[figure.name] = figure
+
+
+def unregister(name: str) -> None:
+    """Remove a registered figure (KeyError when none has that name)."""
+    figure = BY_NAME.pop(name)
+    for group in (FIGURES, CHOSEN, SEARCH_FIGURES):
+        if figure in group:
+            group.remove(figure)
+
+
+def unknown_figures(names: Iterable[str]) -> list[str]:
+    """Names in ``names`` that are not figures a profile can choose (``gate.figures``)."""
+    choosable = {f.name for f in CHOSEN}
+    return [n for n in names if n not in choosable]
+
+
+def judged_figures(chosen: Collection[str] = ()) -> tuple[Figure, ...]:
+    """The figures a level produces: every default one, and the ``chosen`` ones."""
+    return (*FIGURES, *(f for f in CHOSEN if f.name in chosen))
+
+
+def level_tag(level: int | float) -> str:
+    """A level in a figure key: ``c4`` (concurrency 4), ``r2.5`` (2.5 requests a second,
+    open loop)."""
+    return f"r{level:g}" if isinstance(level, float) else f"c{level}"
+
+
+def level_name(level: int | float) -> str:
+    """A level in words: ``C=4``, ``2.5 req/s``."""
+    return f"{level:g} req/s" if isinstance(level, float) else f"C={level}"
+
+
+def figure_key(measurement: str, concurrency: int | float | None, figure: str) -> str:
+    """The key of one gated figure, e.g. ``sweep.c4.agg_tok_s``, ``rate.r2.ttft_p99_s``
+    (a float level is a request rate), ``capacity.max_req_s`` (no level: measurement-wide)."""
+    if concurrency is None:
+        return f"{measurement}.{figure}"
+    return f"{measurement}.{level_tag(concurrency)}.{figure}"
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """A parsed figure key."""
+
+    measurement: str
+    # the level: a concurrency, a request rate (a float), or None (measurement-wide)
+    concurrency: int | float | None
+    figure: Figure
+
+
+def parse_key(key: str) -> Key:
+    """Split a key into measurement, level and figure (ValueError when unknown)."""
+    match = KEY_PATTERN.match(key)
+    figure = BY_NAME.get(match["figure"]) if match else None
+    leveled = bool(match and (match["c"] or match["r"]))
+    if match is None or figure is None or leveled == (figure.search is not None):
+        raise ValueError(
+            f"unknown figure {key!r}: keys are <measurement>.c<C>.<figure> (or .r<rate>. "
+            f"for a request rate) with figure one of "
+            f"{', '.join(n for n, f in BY_NAME.items() if f.search is None)}, or "
+            f"<measurement>.<figure> with figure one of {', '.join(f.name for f in SEARCH_FIGURES)}"
+        )
+    level = (int(match["c"]) if match["c"] else float(match["r"])) if leveled else None
+    return Key(match["measurement"], level, figure)
+
+
+def level_values(
+    measurement: str, runs: list[LevelData], chosen: Collection[str] = ()
+) -> dict[str, list[float]]:
+    """Per-run values of every figure one level produced (the ``chosen`` ones too)."""
+    c = runs[0].level
+    out = {}
+    for figure in judged_figures(chosen):
+        if values := figure.run_values(runs):
+            out[figure_key(measurement, c, figure.name)] = values
+    return out
+
+
+def search_values(name: str, measurement: Measurement) -> dict[str, list[float]]:
+    """Per-search values of the measurement-wide figures (the capacity searches')."""
+    out = {}
+    for figure in SEARCH_FIGURES:
+        assert figure.search is not None
+        if values := [v for s in measurement.searches if (v := figure.search(s)) is not None]:
+            out[figure_key(name, None, figure.name)] = values
+    return out
+
+
+def measurement_values(
+    name: str, measurement: Measurement, chosen: Collection[str] = ()
+) -> dict[str, list[float]]:
+    """Per-run values of every figure of a measurement (the ``chosen`` ones too)."""
+    out: dict[str, list[float]] = {}
+    out.update(search_values(name, measurement))
+    levels = measurement.by_concurrency()
+    for runs in levels.values():
+        out.update(level_values(name, runs, chosen))
+    if any(isinstance(c, float) for c in levels):
+        return out  # request rates: no concurrency to scale with
+    for runs in levels.values():
+        out.update(scaling_values(name, runs, levels.get(1, [])))
+    return out
+
+
+def scaling_values(
+    name: str, runs: list[LevelData], first: list[LevelData]
+) -> dict[str, list[float]]:
+    """The ``scaling`` runs of one level above C=1: each run's aggregate tok/s over that of
+    the same run of C=1 (``first``), paired so runs stay independent samples."""
+    c = runs[0].level if runs else 1
+    if isinstance(c, float) or c <= 1:
+        return {}
+    pairs = [(SCALING.value(a), SCALING.value(b)) for a, b in zip(runs, first, strict=False)]
+    values = [a / b for a, b in pairs if a is not None and b]
+    return {figure_key(name, c, SCALING.name): values} if values else {}
+
+
+def run_values(
+    measurements: dict[str, Measurement], chosen: Collection[str] = ()
+) -> dict[str, list[float]]:
+    """Per-run values of every figure of every measurement of a run (the ``chosen`` ones
+    too)."""
+    out: dict[str, list[float]] = {}
+    for name, measurement in measurements.items():
+        out.update(measurement_values(name, measurement, chosen))
+    return out
+
+
+def timing_error_bounds(measurements: dict[str, Measurement]) -> dict[tuple[str, int], float]:
+    """The harness's timing error bound of each (measurement, level): the largest of its
+    runs' loop-lag 99th percentiles (levels run without a monitor are left out)."""
+    out: dict[tuple[str, int], float] = {}
+    for name, measurement in measurements.items():
+        for c, runs in measurement.by_concurrency().items():
+            bounds = [r.harness.error_bound_s for r in runs if r.harness is not None]
+            if bounds:
+                out[(name, c)] = max(bounds)
+    return out

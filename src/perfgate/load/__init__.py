@@ -1,0 +1,3 @@
+"""Putting load on the server: one level, a sweep of levels, workers and Ray shards.
+
+Runs requests and records them; decides nothing."""

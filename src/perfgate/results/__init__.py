@@ -1,0 +1,1 @@
+"""What runs leave behind: the run JSON and the run history."""

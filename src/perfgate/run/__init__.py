@@ -1,0 +1,1 @@
+"""One perfgate run: the session that starts the backend, measures, judges and records."""

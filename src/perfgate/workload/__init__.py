@@ -1,0 +1,1 @@
+"""What to ask the server: prompts of each kind, datasets, and request arrivals."""
