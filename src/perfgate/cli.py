@@ -238,7 +238,8 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from perfgate.render.plots import load_baseline_run, render_run_plots, run_failed, run_stem
+    from perfgate.render.plots.charts import render_run_plots
+    from perfgate.render.plots.common import load_baseline_run, run_failed, run_stem
 
     path = Path(args.run_json)
     run = load_run(path)

@@ -14,7 +14,7 @@ from perfgate.gate.baseline import (
 )
 from perfgate.gate.recording import build_baseline, diff_lines
 from perfgate.gate.verdict import compare
-from perfgate.stats import Rule
+from perfgate.stats.decide import Rule
 
 RULE = Rule(min_runs=3, max_runs=3, figures=1)
 

@@ -20,7 +20,7 @@ from perfgate.gate.policy import GatePolicy
 from perfgate.gate.recording import build_baseline
 from perfgate.measure.metrics import CapacitySearch, Goodput, Measurement, Probe
 from perfgate.profile import CapacitySpec, Slo, load_profile
-from perfgate.stats import Rule
+from perfgate.stats.decide import Rule
 from tests.unit.test_profile import VALID, write
 
 SLO = Slo(ttft_s=1.0)

@@ -16,13 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfgate.diagnose.causes import (
-    RULES,
-    diagnose,
-    fact_changes,
-    likely_causes,
-    matching_log_lines,
-)
+from perfgate.diagnose.causes import RULES, diagnose, likely_causes
+from perfgate.diagnose.changes import fact_changes
+from perfgate.diagnose.logs import matching_log_lines
 from perfgate.engines import VLLM, Fact, LlamaCpp, SGLang
 from perfgate.engines.base import DIAGNOSIS_GREP, facts_from_flags, parse_spec_counters
 from perfgate.engines.sglang import parse_server_args, spec_counters_from

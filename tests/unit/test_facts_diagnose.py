@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfgate.diagnose.causes import ABSENT_IS_UNKNOWN, diagnose, fact_changes, likely_causes
+from perfgate.diagnose.causes import diagnose, likely_causes
+from perfgate.diagnose.changes import ABSENT_IS_UNKNOWN, fact_changes
 from perfgate.engines import VLLM, Fact, LlamaCpp
 
 LOGS = Path(__file__).parents[1] / "data" / "logs"

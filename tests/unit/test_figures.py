@@ -16,7 +16,7 @@ from perfgate.measure.metrics import LevelData, Measurement
 from perfgate.profile import Slo, load_profile
 from perfgate.render.table import render_table
 from perfgate.run.session import PerfgateSession
-from perfgate.stats import Rule
+from perfgate.stats.decide import Rule
 from tests.helpers import ROOT
 
 TOKENS = 10

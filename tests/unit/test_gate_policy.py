@@ -8,7 +8,7 @@ from perfgate.gate.figures import run_values
 from perfgate.gate.policy import GatePolicy, choose_baseline
 from perfgate.gate.recording import build_baseline
 from perfgate.measure.metrics import Measurement
-from perfgate.stats import Rule
+from perfgate.stats.decide import Rule
 from tests.synthetic import level_run, measurement
 
 PLANNED = {"single": [1], "sweep": [1, 2, 4]}

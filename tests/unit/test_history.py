@@ -15,7 +15,7 @@ from perfgate.gate.policy import GatePolicy
 from perfgate.gate.verdict import Check
 from perfgate.profile import load_profile
 from perfgate.render.history import plot_history, render_history
-from perfgate.render.plots import PlotsUnavailable, require_matplotlib
+from perfgate.render.plots.common import PlotsUnavailable, require_matplotlib
 from perfgate.results.history import append_entry, entry_from_run, history_path, load_history
 from perfgate.results.run import BaselineRef, RunRecord, load_run
 from tests.unit.test_profile import VALID

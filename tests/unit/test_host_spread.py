@@ -14,7 +14,7 @@ from perfgate.gate.baseline import DEFAULT_HOST_SIGMA, MIN_HOST_DF, Baseline, Ex
 from perfgate.gate.policy import GatePolicy, reach
 from perfgate.gate.recording import build_baseline, merged_host_spread
 from perfgate.gate.verdict import compare
-from perfgate.stats import Rule
+from perfgate.stats.decide import Rule
 
 FIGURES = {  # key: value on the recording host
     "sweep.c1.agg_tok_s": 58.0,

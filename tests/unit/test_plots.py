@@ -16,17 +16,17 @@ from perfgate.cli import main
 from perfgate.gate.baseline import load_baseline
 from perfgate.gate.policy import GatePolicy
 from perfgate.gate.verdict import Check
-from perfgate.render import plots
-from perfgate.render.plots import (
+from perfgate.render.plots.charts import not_by_concurrency, render_run_plots
+from perfgate.render.plots.common import (
     INSTALL_HINT,
     PlotsUnavailable,
     concurrency_scale,
     load_baseline_run,
-    render_run_plots,
     require_matplotlib,
     run_failed,
     run_stem,
 )
+from perfgate.render.plots.draw import _concurrency_axis
 from perfgate.results.run import BaselineRef, RunRecord, load_run
 from tests.helpers import ROOT
 
@@ -206,10 +206,10 @@ def test_the_concurrency_axis_ticks_are_the_levels():
     levels = [1, 2, 4, 8, 16, 32, 64, 100]
     fig, ax = plt.subplots()
     try:
-        plots._concurrency_axis(ax, levels)
+        _concurrency_axis(ax, levels)
         assert ax.get_xscale() == "log"
         assert [t.get_text() for t in ax.get_xticklabels()] == [str(c) for c in levels]
-        plots._concurrency_axis(ax2 := fig.add_subplot(212), [1, 2, 4])
+        _concurrency_axis(ax2 := fig.add_subplot(212), [1, 2, 4])
         assert ax2.get_xscale() == "linear"
     finally:
         plt.close(fig)
@@ -229,5 +229,5 @@ def test_only_request_rates_and_capacity_searches_are_left_out_of_the_plots():
     rated = Check(key="rate.r2.5.ttft_s", verdict="missing", direction="lower", unit="s")
     capacity = Check(key="capacity.max_req_s", verdict="missing", direction="higher", unit="")
     run = run.model_copy(update={"checks": [*run.checks, chosen, rated, capacity]})
-    assert plots.not_by_concurrency(run) == {"rate", "capacity"}
+    assert not_by_concurrency(run) == {"rate", "capacity"}
     assert {"single", "sweep"} <= set(run.measurements)

@@ -6,7 +6,7 @@ from perfgate.load.level import LevelRun
 from perfgate.measure.metrics import LevelData, Measurement
 from perfgate.render.table import render_table, table_header
 from perfgate.results.run import RunRecord, load_run
-from perfgate.stats import Rule
+from perfgate.stats.decide import Rule
 
 
 def level(c):

@@ -20,7 +20,7 @@ import pytest
 
 from perfgate import cli
 from perfgate.render.history import render_history
-from perfgate.render.plots import figure_points, tpot_points, ttft_points
+from perfgate.render.plots.points import figure_points, tpot_points, ttft_points
 from perfgate.results.history import entry_from_run
 from perfgate.results.run import load_run
 from tests.helpers import ROOT

@@ -9,17 +9,10 @@ from hypothesis import strategies as st
 
 from perfgate.gate.baseline import Expectation, load_baseline
 from perfgate.gate.verdict import compare
-from perfgate.stats import (
-    Decision,
-    Noise,
-    Rule,
-    derived_tolerance,
-    detectable_drop,
-    estimate,
-    limits,
-    median_efficiency,
-    t_quantile,
-)
+from perfgate.stats.decide import Decision, Rule
+from perfgate.stats.distributions import median_efficiency, t_quantile
+from perfgate.stats.estimate import Noise, estimate, limits
+from perfgate.stats.power import derived_tolerance, detectable_drop
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,7 @@ ranked into likely causes, and the log lines the seeds grepped for by hand
 runtime facts the log reports (flash attention as resolved, GPU offload, CUDA graphs,
 torch.compile, KV cache types) rank high. A fact this run did not report, from whatever
 source (an attached server has no command line; a log at another verbosity omits lines), is
-unknown: listed once as not known, never a change and never a cause.
-"""
+unknown: listed once as not known, never a change and never a cause."""
 
 from __future__ import annotations
 
@@ -18,19 +17,24 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
-from perfgate.engines import Fact, Facts
-from perfgate.gate.figures import BY_NAME
+from perfgate.diagnose.changes import (
+    ABSENT_IS_UNKNOWN,
+    MEASURED_KEYS,
+    FactChange,
+    _show,
+    fact_changes,
+    unknown_facts,
+)
+from perfgate.diagnose.logs import matching_log_lines
+from perfgate.engines import Fact
 from perfgate.gate.verdict import Check
-from perfgate.measure.metrics import Measurement, SpecStats
-from perfgate.stats import median
 
-# Relative change under which a measured (noisy) number is "the same".
-MEASURED_TOLERANCE = 0.15
 # A speculative profile whose acceptance fell below this share of the baseline's.
 ACCEPT_DROP = 0.8
+
+
 # Acceptance this low is a cause even without a baseline to compare with.
 ACCEPT_FLOOR = 0.2
-MAX_LOG_LINES = 15
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,36 +84,18 @@ RULES: dict[str, FactRule] = {
     "engine_version": FactRule("engine version", 50),
     "nccl_version": FactRule("NCCL version", 40),
 }
+
+
 ARG_WEIGHT = 30.0  # any other engine argument
+
+
 OTHER_WEIGHT = 20.0
-# Facts that are read, not configured: shown in the diff only when they move a lot.
-MEASURED_KEYS = {
-    "spec_accept_rate",
-    "spec_mean_accept_len",
-    "log_accept_rate",
-    "log_mean_accept_len",
-    "graph_capture_s",
-    "gpu_util_mean_pct",
-}
-# Facts read from log lines an engine may not print (log verbosity, build, version): their
-# absence in this run is unknown, not a change, so it is never a cause.
-ABSENT_IS_UNKNOWN = {
-    "cuda_graphs",
-    "gpu_offload_supported",
-    "gpu_layers_offloaded",
-    "gpu_layers_offloadable",
-    "flash_attn_active",
-    "kv_cache_type_k",
-    "kv_cache_type_v",
-    "compile_mode",
-    "gpu_util_mean_pct",  # no NVML on this host: unknown
-    "gpu_idle_while_flat",
-    "cuda_graph_mode",
-    "cuda_graph_max_batch",
-    "config.device",
-}
+
+
 # On/off facts (False, "off", "0" is off).
 SWITCHES = ("cuda_graphs", "custom_all_reduce", "flash_attn", "flash_attn_active")
+
+
 # Numeric facts where less is slower and more never explains a slowdown.
 CAPACITIES = (
     "kv_cache_tokens",
@@ -126,19 +112,6 @@ class Cause:
 
     score: float
     text: str
-
-
-@dataclass(frozen=True, slots=True)
-class FactChange:
-    """A fact that differs between the baseline (old) and this run (new)."""
-
-    key: str
-    old: Fact | None
-    new: Fact | None
-
-    def describe(self) -> str:
-        """``key: old → new`` with absent values named."""
-        return f"{self.key}: {_show(self.key, self.old)} → {_show(self.key, self.new)}"
 
 
 class DiagnosisRecord(BaseModel):
@@ -202,140 +175,6 @@ class Diagnosis:
     def lines(self) -> list[str]:
         """The diagnosis as message lines (empty when there is nothing to say)."""
         return self.record().lines()
-
-
-def _show(key: str, fact: Fact | None) -> str:
-    if fact is None:
-        return "(absent)"
-    value = fact.value
-    if key.endswith("accept_rate") and isinstance(value, float):
-        return f"{value:.1%}"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def _differs(key: str, old: Fact, new: Fact) -> bool:
-    a, b = old.value, new.value
-    if key in MEASURED_KEYS and isinstance(a, int | float) and isinstance(b, int | float):
-        if key.endswith("accept_rate"):
-            return abs(a - b) > 0.05 and abs(a - b) > MEASURED_TOLERANCE * max(abs(a), 1e-9)
-        return abs(a - b) > MEASURED_TOLERANCE * max(abs(a), 1e-9)
-    return a != b
-
-
-def _known_absent(old: Fact, new: Mapping[str, Fact]) -> bool:
-    """Whether a baseline fact this run lacks is known to be gone: a flag dropped from the
-    command line of a server perfgate launched (its whole command line is known)."""
-    return old.source == "command" and any(f.source == "command" for f in new.values())
-
-
-def fact_changes(old: Mapping[str, Fact], new: Mapping[str, Fact]) -> list[FactChange]:
-    """Facts that differ from the baseline's (measured figures only beyond their noise):
-    facts this run reported, and flags dropped from a launched server's command line. A
-    fact this run did not report is unknown, not a change: :func:`unknown_facts`."""
-    changes = []
-    for key in sorted(old.keys() | new.keys()):
-        a, b = old.get(key), new.get(key)
-        if key.startswith("log_") and (a is None or b is None):
-            continue  # periodic log figures come and go with timing
-        if b is None:
-            if a is not None and _known_absent(a, new):
-                changes.append(FactChange(key, a, b))
-        elif a is None or _differs(key, a, b):
-            changes.append(FactChange(key, a, b))
-    return changes
-
-
-def unknown_facts(old: Mapping[str, Fact], new: Mapping[str, Fact]) -> list[str]:
-    """Keys of baseline facts this run did not report and cannot know (an attached
-    server's command line, a log line at another verbosity, an endpoint that did not
-    answer): never a change, never a cause."""
-    return sorted(
-        key
-        for key in old.keys() - new.keys()
-        if not key.startswith("log_") and not _known_absent(old[key], new)
-    )
-
-
-def spec_facts(measurements: Iterable[Measurement]) -> Facts:
-    """Acceptance over every measured window of the run, pooled: the counters of all
-    windows summed into one :class:`~perfgate.measure.metrics.SpecStats`."""
-    windows = [lv.spec for m in measurements for lv in m.levels if lv.spec is not None]
-    pooled = SpecStats(
-        drafts=sum(w.drafts for w in windows),
-        draft_tokens=sum(w.draft_tokens for w in windows),
-        accepted=sum(w.accepted for w in windows),
-    )
-    if pooled.accept_rate is None or pooled.draft_tokens <= 0:
-        return {}
-    evidence = (
-        f"{pooled.accepted:.0f} accepted of {pooled.draft_tokens:.0f} drafted in "
-        f"{pooled.drafts:.0f} drafts"
-    )
-    facts = {"spec_accept_rate": Fact(value=pooled.accept_rate, source="measured")}
-    if pooled.mean_accept_length is not None:
-        facts["spec_mean_accept_len"] = Fact(value=pooled.mean_accept_length, source="measured")
-    for fact in facts.values():
-        fact.evidence = evidence
-    return facts
-
-
-# A GPU below this mean utilisation at a level is mostly idle ...
-IDLE_GPU_PCT = 30.0
-# ... and a throughput gain under this factor while requests in flight grew by at least
-# FLAT_SPAN is flat: together, a server that is not batching on its GPU.
-FLAT_GAIN = 1.5
-FLAT_SPAN = 4
-
-
-def gpu_facts(measurements: Mapping[str, Measurement]) -> Facts:
-    """GPU telemetry as facts: mean utilisation over the run's levels, and
-    ``gpu_idle_while_flat`` where a measurement's GPU was mostly idle at its highest
-    level while throughput stayed flat from its lowest (a server not batching)."""
-    levels = [lv for m in measurements.values() for lv in m.levels if lv.gpu is not None]
-    if not levels:
-        return {}
-    utils = [u for lv in levels if lv.gpu and (u := lv.gpu.util_mean_pct) is not None]
-    facts: Facts = {}
-    if utils:
-        facts["gpu_util_mean_pct"] = Fact(
-            value=round(sum(utils) / len(utils), 1),
-            source="measured",
-            evidence=f"NVML, mean over {len(utils)} level runs",
-        )
-    for name, m in measurements.items():
-        by_level = {
-            c: runs
-            for c, runs in m.by_concurrency().items()
-            if isinstance(c, int) and all(r.gpu is not None for r in runs)
-        }
-        if len(by_level) < 2:
-            continue
-        low, high = min(by_level), max(by_level)
-        if high < FLAT_SPAN * low:
-            continue
-        agg = BY_NAME["agg_tok_s"]  # the gated figure: a run with no success has none
-        low_tok, high_tok = agg.run_values(by_level[low]), agg.run_values(by_level[high])
-        if not low_tok or not high_tok:
-            continue
-        tok_low, tok_high = median(low_tok), median(high_tok)
-        util = median([r.gpu.util_mean_pct or 0.0 for r in by_level[high] if r.gpu])
-        if tok_low <= 0 or util >= IDLE_GPU_PCT or tok_high >= FLAT_GAIN * tok_low:
-            continue
-        facts["gpu_idle_while_flat"] = Fact(
-            value=(
-                f"GPU mostly idle: {util:.0f}% mean utilisation at {name} C={high} while "
-                f"throughput stayed flat from C={low} ({tok_high / tok_low:.2f}x the tok/s for "
-                f"{high / low:g}x the requests in flight): the server is not batching on the "
-                "GPU (see flash attention, slots and batch size in its log)"
-            ),
-            source="measured",
-            evidence=f"NVML utilisation; agg tok/s {tok_low:.1f} at C={low}, {tok_high:.1f} "
-            f"at C={high}",
-        )
-        break
-    return facts
 
 
 def _acceptance(facts: Mapping[str, Fact]) -> float | None:
@@ -470,25 +309,6 @@ def likely_causes(
             seen.add(cause.text)
             ranked.append(cause)
     return ranked
-
-
-_NUMBERS = re.compile(r"\d+(?:[.,]\d+)*")
-
-
-def matching_log_lines(log: str, grep: str, limit: int = MAX_LOG_LINES) -> list[str]:
-    """Log lines matching ``grep`` (case-insensitive). A line repeated with other numbers
-    (per-request timings, periodic metrics) is kept once, at its last occurrence; the
-    last ``limit`` remain, each cut to 400 characters."""
-    pattern = re.compile(grep, re.IGNORECASE)
-    last_of_shape: dict[str, int] = {}
-    lines = log.splitlines()
-    for index, line in enumerate(lines):
-        if line.startswith("$ "):
-            continue  # the command line perfgate wrote: facts cover it
-        if pattern.search(line):
-            last_of_shape[_NUMBERS.sub("#", line.strip())] = index
-    kept = sorted(last_of_shape.values())[-limit:]
-    return [lines[i].strip()[:400] for i in kept]
 
 
 def diagnose(

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from perfgate.diagnose.causes import gpu_facts, spec_facts
+from perfgate.diagnose.measured import gpu_facts, spec_facts
 from perfgate.engines import Engine, Fact, Facts, SpecCounters
 from perfgate.launch import Backend
 from perfgate.measure.metrics import LevelMetrics, Measurement, SpecStats

@@ -17,7 +17,7 @@ from perfgate.engines import Fact
 from perfgate.errors import BaselineError
 from perfgate.files import write_json_atomic
 from perfgate.gate.figures import BY_NAME, parse_key
-from perfgate.stats import Direction, Noise
+from perfgate.stats.estimate import Direction, Noise
 
 SCHEMA_VERSION = 2
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, Field
 
 from perfgate.gate.verdict import Check
-from perfgate.stats import Direction
+from perfgate.stats.estimate import Direction
 
 CREEP_APPLIES = ("pass", "improved")  # a failing or missing figure keeps its verdict
 

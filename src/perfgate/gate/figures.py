@@ -56,7 +56,7 @@ from perfgate.measure.metrics import (
     LevelMetrics,
     Measurement,
 )
-from perfgate.stats import Direction
+from perfgate.stats.estimate import Direction
 
 KEY_PATTERN = re.compile(
     r"^(?P<measurement>[a-z][a-z0-9_]*)\."

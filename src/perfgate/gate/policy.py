@@ -30,7 +30,10 @@ from perfgate.gate.figures import (
 )
 from perfgate.gate.verdict import Check, compare, missing
 from perfgate.measure.metrics import LevelData, Measurement
-from perfgate.stats import Rule, comparison, detectable_drop, limits, t_quantile
+from perfgate.stats.decide import Rule, comparison
+from perfgate.stats.distributions import t_quantile
+from perfgate.stats.estimate import limits
+from perfgate.stats.power import detectable_drop
 
 Step = Literal["repeat", "next"]
 

@@ -11,7 +11,9 @@ from perfgate.engines import Fact
 from perfgate.errors import BaselineError
 from perfgate.gate.baseline import MAX_TOLERANCE, SCHEMA_VERSION, Baseline, Expectation, _key_order
 from perfgate.gate.figures import delta_pct, delta_text, parse_key
-from perfgate.stats import Noise, Rule, derived_tolerance, detectable_drop, estimate
+from perfgate.stats.decide import Rule
+from perfgate.stats.estimate import Noise, estimate
+from perfgate.stats.power import derived_tolerance, detectable_drop
 
 
 def kind_noise(values: dict[str, list[float]]) -> dict[str, Noise]:

@@ -11,7 +11,8 @@ from pydantic import BaseModel, Field
 
 from perfgate.gate.baseline import Expectation
 from perfgate.gate.figures import delta_pct, delta_text, parse_key
-from perfgate.stats import Direction, Estimate, Rule, Verdict, comparison, decide, estimate, limits
+from perfgate.stats.decide import Rule, comparison, decide
+from perfgate.stats.estimate import Direction, Estimate, Verdict, estimate, limits
 
 
 class Check(BaseModel):

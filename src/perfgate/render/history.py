@@ -11,7 +11,7 @@ from typing import Any
 from perfgate.errors import PerfgateError
 from perfgate.gate.creep import FigurePoint, HistoryEntry, _same_baseline
 from perfgate.gate.figures import BY_NAME, delta_text, level_name, parse_key
-from perfgate.render.plots import require_matplotlib
+from perfgate.render.plots.common import require_matplotlib
 
 _MARKS = {"creep": "C", "regressed": "R", "too-noisy": "N", "untrusted": "U", "improved": "+"}
 
@@ -147,7 +147,8 @@ def plot_history(
     """One PNG: a panel per kind of figure, each figure's value per run with its baseline
     (dashed), the drift its tolerance allows (shaded), CREEP and REGRESSED runs marked,
     and (with ``margin``) the creep margin (dotted). Raises
-    :class:`perfgate.render.plots.PlotsUnavailable` (with the install hint) without matplotlib."""
+    :class:`~perfgate.render.plots.common.PlotsUnavailable` (with the install hint) without
+    matplotlib."""
     pyplot = require_matplotlib()
     keys = list(keys) if keys is not None else history_keys(entries)
     if not entries or not keys:

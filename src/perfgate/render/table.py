@@ -21,7 +21,7 @@ from perfgate.gate.figures import (
 )
 from perfgate.measure.metrics import LevelData, Measurement
 from perfgate.results.run import RunRecord
-from perfgate.stats import median
+from perfgate.stats.distributions import median
 
 
 def _fmt(value: float | None, width: int, decimals: int) -> str:

@@ -63,7 +63,8 @@ from perfgate.measure.telemetry import (
 from perfgate.profile import Profile
 from perfgate.render.live import ProgressView
 from perfgate.render.markdown import markdown_summary
-from perfgate.render.plots import PlotsUnavailable, load_baseline_run, render_run_plots
+from perfgate.render.plots.charts import render_run_plots
+from perfgate.render.plots.common import PlotsUnavailable, load_baseline_run
 from perfgate.render.table import render_table
 from perfgate.results.history import append_entry, entry_from_run, history_path, load_history
 from perfgate.results.run import BaselineRef, RunRecord, git_commit

@@ -1,0 +1,290 @@
+"""The run's PNG charts: throughput, latency, latency distribution, against the baseline."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from perfgate.gate.figures import parse_key
+from perfgate.measure.metrics import Measurement
+from perfgate.render.plots.common import (
+    BASELINE_RUN_COLOR,
+    SIZE,
+    WIDE,
+    require_matplotlib,
+    run_failed,
+)
+from perfgate.render.plots.draw import (
+    _aborted,
+    _concurrency_axis,
+    _draw_baseline,
+    _draw_marks,
+    _draw_not_run,
+    _draw_points,
+    _empty_note,
+    _Legend,
+    _nudges,
+    _ordered,
+    _save,
+    _suptitle,
+)
+from perfgate.render.plots.points import (
+    _checks_of,
+    _levels,
+    _seconds_unit,
+    figure_points,
+    tpot_points,
+    ttft_points,
+)
+from perfgate.results.run import RunRecord
+
+
+def _throughput(
+    plt: Any, run: RunRecord, measurements: Mapping[str, Measurement], path: Path
+) -> Path:
+    fig, ax = plt.subplots(figsize=SIZE, layout="constrained")
+    legend = _Legend()
+    levels = _levels(measurements, run.checks, "agg_tok_s")
+    nudges = _nudges(measurements, levels)
+    for i, (name, m) in enumerate(measurements.items()):
+        color, nudge = f"C{i}", nudges[name]
+        checks = _checks_of(run.checks, name, "agg_tok_s")
+        _draw_baseline(ax, checks, name=name, color=color, factor=1.0, legend=legend, nudge=nudge)
+        _draw_points(
+            ax,
+            figure_points(m, "agg_tok_s"),
+            label=f"{name}: median of runs",
+            runs_label=f"{name}: each run",
+            color=color,
+            factor=1.0,
+            legend=legend,
+            nudge=nudge,
+        )
+        _draw_marks(ax, checks, factor=1.0, legend=legend, nudge=nudge)
+    _draw_not_run(ax, measurements, legend)
+    if not any(m.levels for m in measurements.values()):
+        _empty_note(ax, "nothing was measured")
+    _concurrency_axis(ax, levels)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("aggregate output tok/s (all requests of a level)")
+    _suptitle(fig, "Aggregate throughput against concurrency", run, _aborted(measurements))
+    legend.place(fig, [ax])
+    return _save(plt, fig, path)
+
+
+def _latency(plt: Any, run: RunRecord, measurements: Mapping[str, Measurement], path: Path) -> Path:
+    fig, (ax_ttft, ax_tpot) = plt.subplots(1, 2, figsize=WIDE, layout="constrained")
+    legend = _Legend()
+    ttft = {name: ttft_points(m) for name, m in measurements.items()}
+    tpot = {name: tpot_points(m) for name, m in measurements.items()}
+    checks = {name: _checks_of(run.checks, name, "ttft_s") for name in measurements}
+    unit, factor = _seconds_unit(
+        [v for pts in ttft.values() for p in pts for v in (p.median, p.p99)]
+        + [v for cs in checks.values() for _, ch in cs for v in (ch.baseline, ch.limit)]
+    )
+    levels = _levels(measurements, run.checks, "ttft_s")
+    nudges = _nudges(measurements, levels)
+    for i, name in enumerate(measurements):
+        color, nudge = f"C{i}", nudges[name]
+        _draw_baseline(
+            ax_ttft, checks[name], name=name, color=color, factor=factor, legend=legend, nudge=nudge
+        )
+        for ax, points, scale in ((ax_ttft, ttft[name], factor), (ax_tpot, tpot[name], 1000.0)):
+            _draw_points(
+                ax,
+                points,
+                label=f"{name}: median of runs",
+                runs_label=f"{name}: median of each run",
+                p99_label=f"{name}: p99 (median of its runs' p99)",
+                color=color,
+                factor=scale,
+                legend=legend,
+                nudge=nudge,
+            )
+        _draw_marks(ax_ttft, checks[name], factor=factor, legend=legend, nudge=nudge)
+    for ax in (ax_ttft, ax_tpot):
+        _draw_not_run(ax, measurements, legend)
+        _concurrency_axis(ax, levels)
+        ax.set_ylim(bottom=0)
+        if not any(m.levels for m in measurements.values()):
+            _empty_note(ax, "nothing was measured")
+    ax_ttft.set_title("Time to first token")
+    ax_ttft.set_ylabel(f"TTFT ({unit})")
+    ax_tpot.set_title("Time per output token after the first")
+    ax_tpot.set_ylabel("TPOT (ms)")
+    _suptitle(fig, "Latency against concurrency", run, _aborted(measurements))
+    legend.place(fig, [ax_ttft, ax_tpot])
+    return _save(plt, fig, path)
+
+
+def _distribution(
+    plt: Any, run: RunRecord, measurements: Mapping[str, Measurement], path: Path
+) -> Path:
+    shown = {name: m for name, m in measurements.items() if m.levels} or {"": Measurement()}
+    fig, axes = plt.subplots(
+        1,
+        len(shown),
+        figsize=SIZE,
+        layout="constrained",
+        sharey=True,
+        width_ratios=[max(1, len(m.by_concurrency())) for m in shown.values()],
+        squeeze=False,
+    )
+    unit, factor = _seconds_unit(
+        [r.latency for m in shown.values() for lv in m.levels for r in lv.records if r.ok]
+    )
+    for i, (ax, (name, m)) in enumerate(zip(axes[0], shown.items(), strict=True)):
+        groups = sorted(m.by_concurrency().items())
+        data, positions, labels = [], [], []
+        for pos, (c, runs) in enumerate(groups):
+            ok = [r.latency * factor for lv in runs for r in lv.records if r.ok]
+            failed = sum(1 for lv in runs for r in lv.records if not r.ok)
+            label = f"C={c}\nn={len(ok)}\n{len(runs)} run{'s' if len(runs) > 1 else ''}"
+            labels.append(label + (f"\n{failed} failed" if failed else ""))
+            if ok:
+                data.append(ok)
+                positions.append(pos)
+        if data:
+            ax.boxplot(
+                data,
+                positions=positions,
+                widths=0.55,
+                patch_artist=True,
+                boxprops={"facecolor": f"C{i}", "alpha": 0.35},
+                medianprops={"color": "black", "linewidth": 1.5},
+                flierprops={"marker": ".", "markersize": 4, "alpha": 0.5},
+            )
+        else:
+            _empty_note(ax, "no successful request")
+        ax.set_xticks(range(len(groups)), labels)
+        ax.set_xlim(-0.6, max(len(groups), 1) - 0.4)
+        ax.set_title(name)
+        ax.grid(True, axis="y", alpha=0.3)
+        if m.not_run:
+            ax.text(
+                0.98,
+                0.97,
+                "not run: " + ", ".join(f"C={c}" for c in m.not_run),
+                transform=ax.transAxes,
+                ha="right",
+                va="top",
+                fontsize="small",
+                color="#555555",
+            )
+    axes[0][0].set_ylabel(f"end-to-end request latency ({unit})")
+    axes[0][0].set_ylim(bottom=0)
+    fig.supxlabel(
+        "concurrency level; n: successful requests, pooled over all runs of the level "
+        "(box: quartiles and median; whiskers: 1.5 IQR; dots: outliers)",
+        fontsize="small",
+    )
+    _suptitle(fig, "Per-request latency by concurrency level", run, _aborted(measurements))
+    return _save(plt, fig, path)
+
+
+def _vs_baseline(
+    plt: Any,
+    run: RunRecord,
+    measurements: Mapping[str, Measurement],
+    baseline_run: RunRecord,
+    path: Path,
+) -> Path:
+    base = _ordered({n: m.recomputed() for n, m in baseline_run.measurements.items()})
+    fig, (ax_tok, ax_ttft) = plt.subplots(1, 2, figsize=WIDE, layout="constrained")
+    legend = _Legend()
+    unit, factor = _seconds_unit(
+        [
+            p.median
+            for ms in (measurements, base)
+            for m in ms.values()
+            for p in figure_points(m, "ttft_s")
+        ]
+    )
+    who = {
+        "baseline run": (base, BASELINE_RUN_COLOR, "--"),
+        "this run": (measurements, "#d62728" if run_failed(run) else "C0", "-"),
+    }
+    for ax, figure, scale in ((ax_tok, "agg_tok_s", 1.0), (ax_ttft, "ttft_s", factor)):
+        levels = _levels(measurements, run.checks, figure) | _levels(base, [], figure)
+        for label, (ms, color, style) in who.items():
+            nudges = _nudges(ms, levels)
+            for j, (name, m) in enumerate(ms.items()):
+                _draw_points(
+                    ax,
+                    figure_points(m, figure),
+                    label=f"{label}: {name}",
+                    color=color,
+                    factor=scale,
+                    legend=legend,
+                    nudge=nudges[name],
+                    style=style,
+                    marker="os^D"[j % 4],
+                )
+        nudges = _nudges(measurements, levels)
+        for name in measurements:
+            failed = [(c, ch) for c, ch in _checks_of(run.checks, name, figure) if ch.failed]
+            _draw_marks(ax, failed, factor=scale, legend=legend, nudge=nudges[name])
+        _concurrency_axis(ax, levels)
+        ax.set_ylim(bottom=0)
+    ax_tok.set_title("Aggregate throughput (median of runs)")
+    ax_tok.set_ylabel("aggregate output tok/s")
+    ax_ttft.set_title("Time to first token (median of runs)")
+    ax_ttft.set_ylabel(f"TTFT ({unit})")
+    hardware = baseline_run.hardware.get("key") or "unknown hardware"
+    recorded = (
+        f"baseline run: {baseline_run.engine} {baseline_run.engine_version} on {hardware}, "
+        f"recorded {baseline_run.created_at}"
+    )
+    _suptitle(fig, "This run against the baseline's recorded run", run, [recorded])
+    legend.place(fig, [ax_tok, ax_ttft])
+    return _save(plt, fig, path)
+
+
+def not_by_concurrency(run: RunRecord) -> set[str]:
+    """The run's measurements not drawn against concurrency: open-loop ones (request
+    rates) and capacity searches, told by their data or by their checks' parsed levels."""
+    out = {
+        name
+        for name, m in run.measurements.items()
+        if m.searches or any(lv.rate is not None for lv in m.levels)
+    }
+    for check in run.checks:
+        try:
+            key = parse_key(check.key)
+        except ValueError:
+            continue
+        if key.concurrency is None or isinstance(key.concurrency, float):
+            out.add(key.measurement)
+    return out
+
+
+def render_run_plots(
+    run: RunRecord, out_dir: Path, stem: str, *, baseline_run: RunRecord | None = None
+) -> list[Path]:
+    """Write a run's PNG plots into ``out_dir`` as ``<stem>.<plot>.png`` (``vs-baseline``
+    only given the baseline's recorded run) and return their paths. Open-loop
+    measurements (request rates) and capacity searches are left out: their levels are not
+    concurrencies (:func:`not_by_concurrency`); with nothing left, no plot is written."""
+    plt = require_matplotlib()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    left_out = not_by_concurrency(run)
+    measurements = {
+        name: m.recomputed() for name, m in run.measurements.items() if name not in left_out
+    }
+    for check in run.checks:  # a baseline's measurement this run never ran: still drawn
+        name = check.key.split(".", 1)[0]
+        if name not in left_out:
+            measurements.setdefault(name, Measurement())
+    measurements = _ordered(measurements)
+    if not measurements:
+        return []  # nothing measured by concurrency (e.g. only request rates)
+    written = [
+        _throughput(plt, run, measurements, out_dir / f"{stem}.throughput.png"),
+        _latency(plt, run, measurements, out_dir / f"{stem}.latency.png"),
+        _distribution(plt, run, measurements, out_dir / f"{stem}.distribution.png"),
+    ]
+    if baseline_run is not None:
+        path = out_dir / f"{stem}.vs-baseline.png"
+        written.append(_vs_baseline(plt, run, measurements, baseline_run, path))
+    return written

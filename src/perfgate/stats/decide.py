@@ -1,0 +1,237 @@
+"""The verdict of one figure: its runs compared with the baseline under the gate's rule."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from perfgate.stats.distributions import VALUE_FLOOR, combined_df, f_cdf, median, t_quantile
+from perfgate.stats.estimate import (
+    CONFIDENCE,
+    NOISIER,
+    Direction,
+    Noise,
+    Step,
+    Verdict,
+    standard_error,
+    walsh_averages,
+    walsh_rank,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """One figure's runs against its baseline, in log units where higher is better."""
+
+    drift: float  # ln(median / baseline), mirrored for lower-is-better figures
+    limit: float  # ln(worst acceptable / baseline), mirrored likewise (negative)
+    better: float  # ln(clearly better / baseline), mirrored likewise (positive)
+    runs: tuple[float, ...]  # each run's drift, lowest (worst) first
+    recorded: Noise | None  # the runs' noise recorded with the baseline; None: unknown
+    base_error: float = 0.0  # sd of ln of the baseline's value (its median's own error)
+    host: float = 0.0  # the spread between hosts (sd of ln), on another host than the
+    # recording's: more runs of this host cannot shrink it
+    host_df: float = math.inf
+
+    @property
+    def spread(self) -> Noise | None:
+        """The runs' own spread (sd of ln drift), None for fewer than two runs."""
+        if len(self.runs) < 2:
+            return None
+        mean = math.fsum(self.runs) / len(self.runs)
+        var = math.fsum((r - mean) ** 2 for r in self.runs) / (len(self.runs) - 1)
+        return Noise(math.sqrt(var), len(self.runs) - 1)
+
+    @property
+    def error_df(self) -> float:
+        """Degrees of freedom of the baseline's own error with the spread between hosts."""
+        own = self.recorded.df if self.recorded else math.inf
+        return combined_df(self.base_error**2, own, self.host**2, self.host_df)
+
+    @property
+    def noisier(self) -> bool:
+        """Whether the runs are noisier than recorded (F test at :data:`NOISIER`)."""
+        own = self.spread
+        if own is None or self.recorded is None or self.recorded.df <= 0:
+            return False
+        if self.recorded.sigma <= 0 or own.sigma > 1e6 * self.recorded.sigma:
+            return own.sigma > 0
+        ratio = (own.sigma / self.recorded.sigma) ** 2
+        return f_cdf(ratio, own.df, self.recorded.df) > NOISIER
+
+    def error(self, n: int) -> tuple[float, float]:
+        """(sd, df) of the drift of a median of n runs as noisy as recorded, with the
+        baseline's own error."""
+        assert self.recorded is not None
+        return math.sqrt(standard_error(self.recorded, n) ** 2 + self.base_error**2), (
+            self.recorded.df
+        )
+
+    def margin(self, quantile: float) -> float:
+        """How far past (or within) the limit a run must be to count: the baseline's own
+        error at one-sided ``quantile``."""
+        if self.base_error <= 0:
+            return 0.0
+        df = self.recorded.df if self.recorded else math.inf
+        return t_quantile(quantile, df) * self.base_error
+
+    def host_allowance(self, quantile: float) -> float:
+        """How much further the limit lies on another host than the recording's: the
+        spread between hosts at one-sided ``quantile`` (0 on the recording's host)."""
+        return t_quantile(quantile, self.host_df) * self.host if self.host > 0 else 0.0
+
+
+def comparison(
+    samples: Sequence[float],
+    value: float,
+    worst: float,
+    better: float,
+    direction: Direction,
+    baseline_runs: int | None,
+    recorded: Noise | None,
+    host_sigma: float = 0.0,
+    host_df: float = math.inf,
+) -> Comparison:
+    """The runs' drift from the baseline value, with what the verdict needs to read it.
+
+    ``baseline_runs``: how many runs the baseline's median came from (None for a
+    hand-entered target, which has no error of its own). ``recorded``: the noise recorded
+    with the baseline. ``host_sigma``: the spread of the figure between hosts (sd of ln),
+    for a baseline recorded on another host: the baseline's value is one host's draw.
+    """
+    sign = 1.0 if direction == "higher" else -1.0
+
+    def log_ratio(x: float) -> float:
+        return sign * math.log(max(x, VALUE_FLOOR) / value)
+
+    base_error = 0.0
+    if recorded is not None and baseline_runs:
+        base_error = standard_error(recorded, baseline_runs)
+    return Comparison(
+        log_ratio(median(samples)),
+        log_ratio(worst),
+        log_ratio(better),
+        tuple(sorted(log_ratio(v) for v in samples)),
+        recorded,
+        base_error,
+        host_sigma,
+        host_df,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """How sure the gate must be before it decides.
+
+    - ``near``: one-sided confidence of each bound the verdict reads (the signed-rank
+      bounds, the baseline's own error);
+    - ``false_failure_rate``: family-wise: the chance that noise alone fails any of
+      ``figures`` figures of one profile (derived tolerances are sized for it);
+    - ``min_runs`` and ``max_runs``: runs of a level before any verdict, and at most.
+    """
+
+    min_runs: int = 3
+    max_runs: int = 10
+    figures: int = 1
+    false_failure_rate: float = 0.01
+    near: float = 0.95
+
+    @property
+    def per_figure_rate(self) -> float:
+        """Bonferroni: the family's rate shared equally by its figures."""
+        return self.false_failure_rate / max(1, self.figures)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A verdict, whether more runs are wanted, and why."""
+
+    verdict: Verdict
+    step: Step
+    why: str
+
+
+def lower_bound(cmp: Comparison, rule: Rule) -> float:
+    """The lower bound of the figure's drift a pass reads; it rises or stays when any run
+    improves. Wilcoxon's signed-rank lower bound of the runs' median at ``rule.near`` (the
+    k-th lowest Walsh average; the lowest run with fewer than 5 runs) less the baseline's
+    own error, and no higher than the median less its recorded noise."""
+    walsh = walsh_averages(cmp.runs)
+    k = max(1, walsh_rank(len(cmp.runs), rule.near))
+    low = walsh[k - 1] - cmp.margin(rule.near)
+    if cmp.recorded is not None:
+        sd, df = cmp.error(len(cmp.runs))
+        low = min(low, cmp.drift - t_quantile(rule.near, df) * sd)
+    return low
+
+
+def decide(cmp: Comparison, n: int, rule: Rule) -> Decision:
+    """The verdict of a comparison after n runs, or a request for more runs.
+
+    - REGRESSED when so many runs are past the limit (beyond the baseline's own error
+      and the spread between hosts) that a median at the limit would rarely give as many
+      (the sign test at ``rule.near``); or when every run is, and the median's whole
+      interval (:data:`CONFIDENCE`, the recorded noise) lies past it: the limit is the
+      limit, whatever the family. (The family-wise rate sizes derived tolerances.)
+    - PASS (IMPROVED past the better limit) when the low bound (:func:`lower_bound`) clears
+      the limit. Runs noisier than recorded pass only once their number alone decides
+      (5 or more at 95%): before, the gate measures again.
+    - Otherwise more runs, up to ``rule.max_runs``; then TOO NOISY: the runs neither
+      clear the limit nor are past it beyond noise.
+
+    Every rule reads bounds that rise or stay when any run improves: worsening a run
+    never improves the verdict (``tests/unit/test_stats.py``).
+    """
+    runs = cmp.runs
+    limit = cmp.limit - cmp.host_allowance(rule.near)
+    low = lower_bound(cmp, rule)
+    past = sum(r < limit - cmp.margin(rule.near) for r in runs)
+    beyond = "beyond noise and the spread between hosts" if cmp.host > 0 else "beyond noise"
+
+    def done(verdict: Verdict, why: str) -> Decision:
+        return Decision(verdict, "done", why)
+
+    rank = walsh_rank(n, rule.near)
+    if rank:
+        walsh = walsh_averages(runs)
+        if walsh[len(walsh) - rank] < limit - cmp.margin(rule.near):
+            why = f"{past} of {n} runs past the limit, and their signed-rank bound, {beyond}"
+            return done("regressed", why)
+    if past == n:
+        if cmp.recorded is None:
+            return done("regressed", f"every run past the limit (n={n}; noise unknown)")
+        sd, df = cmp.error(n)
+        if cmp.drift + t_quantile(0.5 + CONFIDENCE / 2, df) * sd < limit:
+            why = f"every run past the limit, and the median's whole {CONFIDENCE:.0%} interval"
+            return done("regressed", f"{why}, {beyond}")
+    if n < rule.min_runs:
+        return Decision("pass", "more", "fewer runs than the minimum")
+    final = n >= rule.max_runs
+    cleared = f"the runs' signed-rank bound (n={n})" if rank else "every run"
+    if low > limit:
+        if cmp.noisier and not rank and not final:
+            why = "clears the limit, but the runs are noisier than recorded: measuring again"
+            return Decision("pass", "more", why)
+        improved = low > cmp.better
+        why = f"{cleared} clears the {'better limit' if improved else 'limit'}"
+        if cmp.host > 0 and low <= cmp.limit:
+            why += " widened by the spread between hosts (another host than the recording's)"
+        return done("improved" if improved else "pass", why)
+    if not final:
+        return Decision("pass", "more", "near the limit: measuring again")
+    return done("too-noisy", too_noisy_why(cmp, n, past, limit))
+
+
+def too_noisy_why(cmp: Comparison, n: int, past: int, limit: float) -> str:
+    """Why a figure is TOO NOISY, and what to do."""
+    within = sum(r > limit for r in cmp.runs)
+    own, rec = cmp.spread, cmp.recorded
+    spread = f"the runs' spread {own.sigma:.1%}" if own else "one run"
+    if rec is not None:
+        spread += f" (recorded {rec.sigma:.1%}{': noisier than recorded' if cmp.noisier else ''})"
+    return (
+        f"too noisy to decide after {n} runs: {within} of {n} within the limit, {past} past it "
+        f"beyond noise; {spread}. Measure on a quieter host, allow more runs "
+        "(gate.max_extra_repeats), or record a looser tolerance on purpose (--perf-tolerance)"
+    )

@@ -1,0 +1,159 @@
+"""Tolerances sized for detection: the chance a figure passes at a given drift, the
+tolerance derived from noise, and the smallest drop the gate fails 95% of the time."""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from perfgate.stats.decide import Comparison, Rule
+from perfgate.stats.distributions import _STANDARD_NORMAL, VALUE_FLOOR, t_quantile
+from perfgate.stats.estimate import Direction, Noise, limits, standard_error, walsh_rank
+
+
+def _above(threshold: float, drift: float, noise: Noise) -> float:
+    """The chance that one run of a figure whose true drift is ``drift`` lies above
+    ``threshold`` (log units), its noise as recorded: normal, with the recorded sigma
+    widened to the t distribution's sd at the recording's degrees of freedom."""
+    widen = math.sqrt(noise.df / (noise.df - 2)) if noise.df > 4 else math.sqrt(2)
+    sigma = noise.sigma * widen
+    if sigma <= 0:
+        return 1.0 if drift > threshold else 0.0
+    return _STANDARD_NORMAL.cdf(max(-40.0, min(40.0, (drift - threshold) / sigma)))
+
+
+def _signed_rank_pass(n: int, drift: float, threshold: float, noise: Noise, rule: Rule) -> float:
+    """About the chance that the signed-rank lower bound of n runs clears ``threshold``:
+    the Hodges-Lehmann estimate has sd sigma·√(π/3n) for normal noise, and the bound lies
+    a t quantile of that below it."""
+    sd = noise.sigma * math.sqrt(math.pi / (3 * n))
+    if sd <= 0:
+        return 1.0 if drift > threshold else 0.0
+    z = (drift - threshold - t_quantile(rule.near, n - 1) * sd) / sd
+    return _STANDARD_NORMAL.cdf(max(-40.0, min(40.0, z)))
+
+
+def _pass_at_looks(drift: float, threshold: float, noise: Noise, rule: Rule) -> float:
+    """About the chance of passing at some look: every run above ``threshold`` at the
+    first look (exact), or the signed-rank bound above it at a later look. The later
+    looks share their runs, so their union is taken as the likeliest of them (checked
+    by simulation: ``tests/unit/test_stats.py``)."""
+    first = max(1, rule.min_runs)
+    early = 0.0 if walsh_rank(first, rule.near) else _above(threshold, drift, noise) ** first
+    later = [
+        _signed_rank_pass(n, drift, threshold, noise, rule)
+        for n in range(first, rule.max_runs + 1)
+        if walsh_rank(n, rule.near)
+    ]
+    return min(1.0, early + max(later, default=0.0))
+
+
+def _normal_grid(points: int = 41, reach: float = 5.0) -> tuple[tuple[float, float], ...]:
+    """(node, weight) pairs of a standard normal on an even grid over ±``reach`` sd: a
+    fine grid, as the chance it averages is a steep step in the shift."""
+    step = 2 * reach / (points - 1)
+    nodes = [-reach + i * step for i in range(points)]
+    weights = [math.exp(-x * x / 2) for x in nodes]
+    total = math.fsum(weights)
+    return tuple((x, w / total) for x, w in zip(nodes, weights, strict=True))
+
+
+_NORMAL_NODES = _normal_grid()
+
+
+_COARSE_NODES = _normal_grid(21, 4.5)  # enough where the shift is no wider than the noise
+
+
+def pass_chance(
+    drift: float, limit: float, noise: Noise, margin: float, rule: Rule, base_error: float = 0.0
+) -> float:
+    """About the chance that a figure whose true drift is ``drift`` passes
+    against ``limit`` (log units, higher is better), its runs as noisy as recorded: the
+    union over the looks (:func:`_pass_at_looks`) of its bound clearing the limit,
+    averaged over the baseline's own error (``base_error``, sd of ln: a baseline that
+    read high moves every run's drift down alike)."""
+    total = 0.0
+    nodes = _NORMAL_NODES if base_error > noise.sigma else _COARSE_NODES
+    for node, weight in nodes if base_error > 0 else ((0.0, 1.0),):
+        total += weight * _pass_at_looks(drift - node * base_error, limit + margin, noise, rule)
+    return total
+
+
+def _relative(log_limit: float, direction: Direction) -> float:
+    """A log limit (negative, higher is better) as a relative tolerance."""
+    return -math.expm1(log_limit) if direction == "higher" else math.expm1(-log_limit)
+
+
+def derived_tolerance(
+    noise: Noise, rule: Rule, baseline_runs: int, floor: float, direction: Direction
+) -> float:
+    """The relative tolerance recording derives from measured noise: the narrowest limit
+    a healthy figure, its runs as noisy as recorded, still passes at its most runs with
+    the family-wise rate to spare (its signed-rank bound above the limit by the
+    baseline's own error, and its median by its noise), averaged over the baseline's
+    own error (a baseline that read high puts every run lower alike); never below
+    ``floor``."""
+    n = rule.max_runs
+    rate = rule.per_figure_rate
+    base = standard_error(noise, baseline_runs)
+    cmp = Comparison(0.0, 0.0, 0.0, (0.0,), noise, base)
+    margin = cmp.margin(rule.near)
+    sd, df = cmp.error(n)
+    t_near = t_quantile(rule.near, df)
+    median_sd = standard_error(noise, n)
+
+    def misses(limit: float) -> float:
+        total = 0.0
+        for node, weight in _COARSE_NODES:  # the shift is narrower than the noise
+            drift = -node * base
+            if walsh_rank(n, rule.near):
+                by_runs = 1 - _signed_rank_pass(n, drift, limit + margin, noise, rule)
+            else:
+                by_runs = 1 - _above(limit + margin, drift, noise) ** n
+            z = (drift - limit - t_near * sd) / median_sd if median_sd > 0 else 40.0
+            by_median = 1 - _STANDARD_NORMAL.cdf(max(-40.0, min(40.0, z)))
+            total += weight * min(1.0, by_runs + by_median)
+        return total
+
+    low, high = 0.0, 20 * noise.sigma + 0.5
+    for _ in range(18):
+        mid = (low + high) / 2
+        if misses(-mid) <= rate / 2:  # half: the signed-rank chance is a normal
+            # approximation; the gate study holds the family-wise rate with it
+            high = mid
+        else:
+            low = mid
+    return max(floor, round(_relative(-high, direction), 4))
+
+
+@lru_cache(maxsize=4096)
+def detectable_drop(
+    noise: Noise,
+    rule: Rule,
+    baseline_runs: int | None,
+    tolerance: float,
+    direction: Direction,
+    host_sigma: float = 0.0,
+    host_df: float = math.inf,
+    confidence: float = 0.95,
+) -> float:
+    """The smallest drop (0.3: 30% fewer tok/s, or 1/(1-0.3) times the seconds) the gate
+    fails at least ``confidence`` of the time with its runs as noisy as recorded: its
+    chance to pass (:func:`pass_chance`) is at most the rest. On another host
+    (``host_sigma``) the limit lies further by the spread between hosts, and this host's
+    own difference is drawn from it."""
+    worst, _ = limits(1.0, tolerance, direction)
+    base = standard_error(noise, baseline_runs) if baseline_runs else 0.0
+    cmp = Comparison(0.0, 0.0, 0.0, (0.0,), noise, base, host_sigma, host_df)
+    limit = math.log(max(worst, VALUE_FLOOR)) * (1 if direction == "higher" else -1)
+    limit -= cmp.host_allowance(rule.near)
+    spread = math.sqrt(base**2 + host_sigma**2)
+    low, high = limit - 50 * noise.sigma - 1.0, 0.0  # drift caught .. drift missed
+    margin = cmp.margin(rule.near)
+    for _ in range(18):
+        mid = (low + high) / 2
+        if pass_chance(mid, limit, noise, margin, rule, spread) <= 1 - confidence:
+            low = mid
+        else:
+            high = mid
+    return round(-math.expm1(low), 4)
