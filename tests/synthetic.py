@@ -5,7 +5,8 @@ from __future__ import annotations
 from perfgate.client import RequestRecord
 from perfgate.client.monitor import HarnessStats
 from perfgate.load.level import LevelRun
-from perfgate.measure.metrics import LevelData, Measurement, SpecStats
+from perfgate.measure.data import LevelData, Measurement
+from perfgate.measure.metrics import SpecStats
 
 TOKENS = 10
 

@@ -12,9 +12,10 @@ from pathlib import Path
 from perfgate.diagnose.causes import diagnose
 from perfgate.errors import PerfgateError
 from perfgate.gate.baseline import load_profile_baselines
-from perfgate.gate.figures import delta_text, run_values
+from perfgate.gate.figures import delta_text
 from perfgate.gate.policy import GatePolicy
 from perfgate.gate.recording import build_baseline
+from perfgate.gate.values import run_values
 from perfgate.gate.verdict import Check
 from perfgate.profile import GateSpec, available_profiles, load_profile
 from perfgate.render.history import plot_history, render_history, select_keys

@@ -29,7 +29,7 @@ from perfgate import __version__
 from perfgate.client.stream import RequestRecord
 from perfgate.errors import PerfgateError
 from perfgate.load.level import LevelRun
-from perfgate.measure.metrics import LevelData, Measurement
+from perfgate.measure.data import LevelData, Measurement
 from perfgate.results.run import RunRecord
 
 Format = Literal["vllm", "aiperf"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from perfgate.gate.figures import parse_key, run_values
+from perfgate.gate.values import parse_key, run_values
 from perfgate.results.run import load_run
 from tests.helpers import ROOT, floor_baselines, require_smollm2, require_vllm, run_pytest
 

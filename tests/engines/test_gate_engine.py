@@ -4,7 +4,7 @@ run it in tests/e2e/test_plugin_e2e.py.)"""
 
 from __future__ import annotations
 
-from perfgate.gate.figures import measurement_values
+from perfgate.gate.values import measurement_values
 from perfgate.profile import DEFAULT_PROFILE, load_profile
 from perfgate.run.session import GateOptions, PerfgateSession
 from tests.helpers import ONE_THREAD, ROOT

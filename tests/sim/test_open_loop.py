@@ -14,7 +14,7 @@ import pytest
 
 from perfgate.load.level import RateShape, run_rate_level
 from perfgate.load.workers import WireWorkers
-from perfgate.measure.metrics import LevelData
+from perfgate.measure.data import LevelData
 from perfgate.sim import SimConfig, SimProcess
 from perfgate.workload.arrivals import arrival_offsets
 from tests.sim.test_load import PLAN, prompts

@@ -15,10 +15,11 @@ from hypothesis import strategies as st
 
 from perfgate.errors import ProfileError
 from perfgate.gate.capacity import capacity_of, next_probe, search_capacity
-from perfgate.gate.figures import parse_key, run_values
 from perfgate.gate.policy import GatePolicy
 from perfgate.gate.recording import build_baseline
-from perfgate.measure.metrics import CapacitySearch, Goodput, Measurement, Probe
+from perfgate.gate.values import parse_key, run_values
+from perfgate.measure.data import CapacitySearch, Measurement, Probe
+from perfgate.measure.metrics import Goodput
 from perfgate.profile import CapacitySpec, Slo, load_profile
 from perfgate.stats.decide import Rule
 from tests.unit.test_profile import VALID, write

@@ -9,10 +9,11 @@ import statistics
 
 import pytest
 
-from perfgate.gate.figures import BY_NAME, FIGURES, Figure, register, run_values, unregister
+from perfgate.gate.figures import BY_NAME, FIGURES, Figure, register, unregister
 from perfgate.gate.policy import GatePolicy
 from perfgate.gate.recording import build_baseline
-from perfgate.measure.metrics import LevelData
+from perfgate.gate.values import run_values
+from perfgate.measure.data import LevelData
 from perfgate.render.markdown import markdown_summary
 from perfgate.render.table import csv_text, render_table
 from perfgate.results.run import load_run

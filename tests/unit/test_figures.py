@@ -8,11 +8,12 @@ import pytest
 
 from perfgate.client import RequestRecord
 from perfgate.errors import ProfileError
-from perfgate.gate.figures import CHOSEN, level_values, run_values
+from perfgate.gate.figures import CHOSEN
 from perfgate.gate.policy import GatePolicy
 from perfgate.gate.recording import build_baseline
+from perfgate.gate.values import level_values, run_values
 from perfgate.load.level import LevelRun
-from perfgate.measure.metrics import LevelData, Measurement
+from perfgate.measure.data import LevelData, Measurement
 from perfgate.profile import Slo, load_profile
 from perfgate.render.table import render_table
 from perfgate.run.session import PerfgateSession

@@ -4,10 +4,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfgate.gate.figures import run_values
 from perfgate.gate.policy import GatePolicy, choose_baseline
 from perfgate.gate.recording import build_baseline
-from perfgate.measure.metrics import Measurement
+from perfgate.gate.values import run_values
+from perfgate.measure.data import Measurement
 from perfgate.stats.decide import Rule
 from tests.synthetic import level_run, measurement
 
@@ -136,7 +136,7 @@ def test_recording_merges_keeps_unmeasured_figures_and_derives_tolerances():
 
 
 def test_scaling_is_each_runs_aggregate_over_the_c1_median():
-    from perfgate.gate.figures import measurement_values
+    from perfgate.gate.values import measurement_values
 
     # level_run(c, tok_s): aggregate = c x tok_s
     m = measurement({1: [100.0, 80.0, 110.0], 4: [50.0, 40.0]})

@@ -3,7 +3,7 @@
 from perfgate.client import RequestRecord
 from perfgate.gate.recording import build_baseline
 from perfgate.load.level import LevelRun
-from perfgate.measure.metrics import LevelData, Measurement
+from perfgate.measure.data import LevelData, Measurement
 from perfgate.render.table import render_table, table_header
 from perfgate.results.run import RunRecord, load_run
 from perfgate.stats.decide import Rule

@@ -18,7 +18,7 @@ import pytest
 
 from perfgate.diagnose.causes import likely_causes
 from perfgate.diagnose.measured import gpu_facts
-from perfgate.measure.metrics import Measurement
+from perfgate.measure.data import Measurement
 from perfgate.measure.telemetry import GpuSampler, GpuStats, GpuTelemetry, open_nvml
 from perfgate.render.table import gpu_table, render_table
 from tests.synthetic import level_run

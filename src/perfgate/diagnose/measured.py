@@ -7,7 +7,8 @@ from collections.abc import Iterable, Mapping
 
 from perfgate.engines import Fact, Facts
 from perfgate.gate.figures import BY_NAME
-from perfgate.measure.metrics import Measurement, SpecStats
+from perfgate.measure.data import Measurement
+from perfgate.measure.metrics import SpecStats
 from perfgate.stats.distributions import median
 
 

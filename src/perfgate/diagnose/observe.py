@@ -14,7 +14,8 @@ import httpx
 from perfgate.diagnose.measured import gpu_facts, spec_facts
 from perfgate.engines import Engine, Fact, Facts, SpecCounters
 from perfgate.launch import Backend
-from perfgate.measure.metrics import LevelMetrics, Measurement, SpecStats
+from perfgate.measure.data import Measurement
+from perfgate.measure.metrics import LevelMetrics, SpecStats
 
 
 class SpecWindow:

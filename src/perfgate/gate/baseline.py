@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from perfgate.engines import Fact
 from perfgate.errors import BaselineError
 from perfgate.files import write_json_atomic
-from perfgate.gate.figures import BY_NAME, parse_key
+from perfgate.gate.figures import BY_NAME
+from perfgate.gate.values import parse_key
 from perfgate.stats.estimate import Direction, Noise
 
 SCHEMA_VERSION = 2

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from perfgate.load.level import Level
-from perfgate.measure.metrics import CapacitySearch, Probe
+from perfgate.measure.data import CapacitySearch, Probe
 from perfgate.profile import CapacitySpec
 
 

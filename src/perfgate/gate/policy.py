@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from perfgate.gate.baseline import ANY_HARDWARE, DEFAULT_HOST_SIGMA, Baseline
-from perfgate.gate.figures import (
-    BY_NAME,
+from perfgate.gate.figures import BY_NAME
+from perfgate.gate.values import (
     figure_key,
     level_name,
     level_tag,
@@ -29,7 +29,7 @@ from perfgate.gate.figures import (
     timing_error_bounds,
 )
 from perfgate.gate.verdict import Check, compare, missing
-from perfgate.measure.metrics import LevelData, Measurement
+from perfgate.measure.data import LevelData, Measurement
 from perfgate.stats.decide import Rule, comparison
 from perfgate.stats.distributions import t_quantile
 from perfgate.stats.estimate import limits

@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 from perfgate.engines import Fact
 from perfgate.errors import BaselineError
 from perfgate.gate.baseline import MAX_TOLERANCE, SCHEMA_VERSION, Baseline, Expectation, _key_order
-from perfgate.gate.figures import delta_pct, delta_text, parse_key
+from perfgate.gate.figures import delta_pct, delta_text
+from perfgate.gate.values import parse_key
 from perfgate.stats.decide import Rule
 from perfgate.stats.estimate import Noise, estimate
 from perfgate.stats.power import derived_tolerance, detectable_drop

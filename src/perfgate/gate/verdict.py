@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pydantic import BaseModel, Field
 
 from perfgate.gate.baseline import Expectation
-from perfgate.gate.figures import delta_pct, delta_text, parse_key
+from perfgate.gate.figures import delta_pct, delta_text
+from perfgate.gate.values import parse_key
 from perfgate.stats.decide import Rule, comparison, decide
 from perfgate.stats.estimate import Direction, Estimate, Verdict, estimate, limits
 

@@ -10,7 +10,8 @@ from typing import Any
 
 from perfgate.errors import PerfgateError
 from perfgate.gate.creep import FigurePoint, HistoryEntry, _same_baseline
-from perfgate.gate.figures import BY_NAME, delta_text, level_name, parse_key
+from perfgate.gate.figures import BY_NAME, delta_text
+from perfgate.gate.values import level_name, parse_key
 from perfgate.render.plots.common import require_matplotlib
 
 _MARKS = {"creep": "C", "regressed": "R", "too-noisy": "N", "untrusted": "U", "improved": "+"}

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from perfgate.gate.figures import BY_NAME, SEARCH_FIGURES, delta_text, figure_key, parse_key
+from perfgate.gate.figures import BY_NAME, SEARCH_FIGURES, delta_text
+from perfgate.gate.values import figure_key, parse_key
 from perfgate.gate.verdict import Check, floor_slack
-from perfgate.measure.metrics import Measurement
+from perfgate.measure.data import Measurement
 from perfgate.results.run import RunRecord
 
 MARKS = {

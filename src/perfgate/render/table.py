@@ -8,18 +8,9 @@ import io
 from collections.abc import Collection, Mapping
 
 from perfgate.gate.baseline import Baseline
-from perfgate.gate.figures import (
-    CHOSEN,
-    FIGURES,
-    Figure,
-    delta_pct,
-    delta_text,
-    figure_key,
-    number_cell,
-    parse_key,
-    search_values,
-)
-from perfgate.measure.metrics import LevelData, Measurement
+from perfgate.gate.figures import CHOSEN, FIGURES, Figure, delta_pct, delta_text, number_cell
+from perfgate.gate.values import figure_key, parse_key, search_values
+from perfgate.measure.data import LevelData, Measurement
 from perfgate.results.run import RunRecord
 from perfgate.stats.distributions import median
 

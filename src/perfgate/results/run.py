@@ -16,7 +16,7 @@ from perfgate.engines import Fact
 from perfgate.errors import PerfgateError
 from perfgate.files import write_bytes_atomic, write_json_atomic
 from perfgate.gate.verdict import Check
-from perfgate.measure.metrics import Measurement
+from perfgate.measure.data import Measurement
 
 RUN_SCHEMA_VERSION = 2  # 2: token times as integer microsecond gaps
 

@@ -14,7 +14,7 @@ import httpx
 
 from perfgate.engines import Engine
 from perfgate.errors import WorkloadError
-from perfgate.gate.figures import level_name
+from perfgate.gate.values import level_name
 from perfgate.profile import Profile
 from perfgate.render.live import ProgressView
 from perfgate.workload.dataset import Conversation, load_conversations

@@ -42,16 +42,17 @@ from perfgate.gate.baseline import (
 )
 from perfgate.gate.capacity import search_capacity
 from perfgate.gate.creep import apply_creep_rule
-from perfgate.gate.figures import CHOSEN, SLO_FIGURES, level_name, run_values, unknown_figures
+from perfgate.gate.figures import CHOSEN, SLO_FIGURES, unknown_figures
 from perfgate.gate.policy import GatePolicy, Reach, Verdicts, choose_baseline, reach
 from perfgate.gate.recording import build_baseline, diff_lines
+from perfgate.gate.values import level_name, run_values
 from perfgate.gate.verdict import Check
 from perfgate.launch import AttachedBackend, Backend, launch
 from perfgate.load.level import LevelRun, RateShape, RoundRunner, Tally, plain_rounds
 from perfgate.load.rayshards import RayShardPool
 from perfgate.load.sweep import Decision, ShardPool, run_sweep
 from perfgate.load.workers import RequestPlan, SequentialClient
-from perfgate.measure.metrics import CapacitySearch, LevelData, Measurement, Probe
+from perfgate.measure.data import CapacitySearch, LevelData, Measurement, Probe
 from perfgate.measure.telemetry import (
     SAMPLE_INTERVAL_S,
     GpuSampler,

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from perfgate.gate.figures import parse_key
-from perfgate.measure.metrics import Measurement
+from perfgate.gate.values import parse_key
+from perfgate.measure.data import Measurement
 from perfgate.render.plots.common import (
     BASELINE_RUN_COLOR,
     SIZE,

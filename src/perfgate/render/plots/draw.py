@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.gate.verdict import Check
-from perfgate.measure.metrics import Measurement
+from perfgate.measure.data import Measurement
 from perfgate.render.plots.common import (
     DPI,
     MARK_LABELS,

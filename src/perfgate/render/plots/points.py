@@ -6,9 +6,10 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from perfgate.gate.figures import BY_NAME, parse_key
+from perfgate.gate.figures import BY_NAME
+from perfgate.gate.values import parse_key
 from perfgate.gate.verdict import Check
-from perfgate.measure.metrics import Measurement
+from perfgate.measure.data import Measurement
 from perfgate.stats.distributions import median
 
 
