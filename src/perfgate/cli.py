@@ -264,7 +264,8 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _fleet(args: argparse.Namespace) -> int:
-    from perfgate.fleet import fleet_table, import_ray, run_fleet  # Ray: only a fleet needs it
+    from perfgate.fleet import import_ray, run_fleet
+    from perfgate.render.fleet import fleet_table
 
     directory = Path(args.profiles_dir)
     profiles = [(ref, load_profile(ref, directory)) for ref in args.profiles]

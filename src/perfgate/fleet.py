@@ -9,8 +9,7 @@ summary across profiles, and fails unless every profile passed. A node that dies
 is reported as lost, never as a pass; a profile no node can take is unschedulable.
 
 Ray is optional (``pip install 'perfgate[fleet]'``) and imported only here, only when a
-fleet runs.
-"""
+fleet runs."""
 
 from __future__ import annotations
 
@@ -25,65 +24,22 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, Field
+from typing import Any
 
 from perfgate.errors import PerfgateError
 from perfgate.files import write_json_atomic
-from perfgate.gate.policy import GateExit
 from perfgate.launch.lifeline import lifeline
 from perfgate.profile import Profile
+from perfgate.render.fleet import GATE_FAILURES, write_fleet
 from perfgate.render.markdown import markdown_summary
+from perfgate.results.fleet import FleetEntry, FleetResult, GateOutcome
 from perfgate.results.run import RunRecord
 
 INSTALL_HINT = "pip install 'perfgate[fleet]' (Ray)"
+
+
 MAX_LOG_CHARS = 400_000  # the end of a gate's log comes back
-
-Status = Literal["passed", "failed", "lost", "error", "unschedulable", "timed out"]
-
-
-class GateOutcome(BaseModel):
-    """What a profile's gate on a node sends back."""
-
-    exit_code: int
-    node_id: str
-    hostname: str
-    duration_s: float
-    command: str
-    log: str
-    runs: dict[str, str] = Field(description="Run JSON file name -> its text.")
-
-
-class FleetEntry(BaseModel):
-    """One profile of a fleet run."""
-
-    profile: str
-    status: Status
-    needs: dict[str, float] = Field(description="What its node had to offer (Ray resources).")
-    why: str = ""
-    node_id: str | None = None
-    hostname: str | None = None
-    exit_code: int | None = None
-    duration_s: float | None = None
-    run_json: str | None = Field(None, description="Where the caller wrote its run JSON.")
-    log: str | None = Field(None, description="Where the caller wrote its gate's log.")
-    headline: str = ""
-
-
-class FleetResult(BaseModel):
-    """Every profile of a fleet run."""
-
-    address: str
-    created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
-    entries: list[FleetEntry] = Field(default_factory=list)
-
-    @property
-    def passed(self) -> bool:
-        """Every profile passed."""
-        return bool(self.entries) and all(e.status == "passed" for e in self.entries)
 
 
 def import_ray() -> Any:
@@ -105,6 +61,8 @@ def needs_of(profile: Profile) -> dict[str, float]:
 
 
 GATE_DIR_PREFIX = "perfgate-fleet-"
+
+
 OWNER_FILE = "owner.pid"
 
 
@@ -332,72 +290,3 @@ def _record(entry: FleetEntry, outcome: GateOutcome, output_dir: Path) -> None:
     else:
         entry.status = "error"
         entry.why = f"pytest exited {outcome.exit_code} (see {log})"
-
-
-GATE_FAILURES = {  # pytest -m perf's exit codes of a failed gate (docs/verdicts.md)
-    GateExit.REGRESSED: "regressed",
-    GateExit.TOO_NOISY: "too noisy",
-    GateExit.MISSING: "a figure missing, or no baseline",
-    GateExit.CORRECTNESS: "correctness",
-}
-
-MARKS = {
-    "passed": "✅",
-    "failed": "❌",
-    "lost": "💀",
-    "error": "❌",
-    "unschedulable": "⛔",
-    "timed out": "⏱️",
-}
-
-
-def fleet_table(result: FleetResult) -> list[str]:
-    """One line per profile, for the terminal."""
-    lines = [f"{'profile':28} {'status':13} {'node':24} {'time':>7}  why / run JSON"]
-    for e in result.entries:
-        node = f"{e.hostname or '-'}:{(e.node_id or '-')[:8]}"
-        took = f"{e.duration_s:.0f} s" if e.duration_s is not None else "-"
-        lines.append(
-            f"{e.profile:28} {e.status:13} {node:24} {took:>7}  {e.why or e.run_json or ''}"
-        )
-    return lines
-
-
-def fleet_markdown(result: FleetResult) -> str:
-    """The fleet's summary in Markdown, then each profile's own run summary."""
-    bad = [e for e in result.entries if e.status != "passed"]
-    mark = "✅" if result.passed else "❌"
-    what = (
-        f"all {len(result.entries)} profiles passed"
-        if result.passed
-        else f"{len(bad)} of {len(result.entries)} profiles did not pass"
-    )
-    out = [
-        f"## {mark} perfgate fleet: {what}",
-        "",
-        f"Ray cluster `{result.address}`, {result.created_at}",
-        "",
-        "| profile | status | node | needs | time | verdict or why |",
-        "|---|---|---|---|---:|---|",
-    ]
-    for e in result.entries:
-        needs = ", ".join(f"{k} {v:g}" for k, v in e.needs.items())
-        took = f"{e.duration_s:.0f} s" if e.duration_s is not None else "-"
-        node = f"{e.hostname} `{e.node_id[:12]}`" if e.node_id else "-"
-        why = (e.why or e.headline).replace("|", "\\|")
-        out.append(
-            f"| `{e.profile}` | {MARKS[e.status]} {e.status} | {node} | {needs} | {took} | {why} |"
-        )
-    out.append("")
-    for e in result.entries:
-        if e.run_json:
-            run = RunRecord.model_validate_json(Path(e.run_json).read_text())
-            out.append(markdown_summary(run, run_json=e.run_json))
-    return "\n".join(out).rstrip() + "\n"
-
-
-def write_fleet(result: FleetResult, output_dir: Path) -> None:
-    """``fleet.json`` (every entry) and ``fleet.md`` (the summary) in ``output_dir``."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(output_dir / "fleet.json", result.model_dump_json(indent=1) + "\n")
-    (output_dir / "fleet.md").write_text(fleet_markdown(result), encoding="utf-8")

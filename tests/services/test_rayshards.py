@@ -9,7 +9,7 @@ import time
 import pytest
 
 from perfgate.load.rayshards import RayLink, RayShardPool
-from perfgate.load.sweep import ShardPool
+from perfgate.load.shards import ShardPool
 from perfgate.sim import SimConfig, SimProcess
 from tests.helpers import TINY, floor_baselines, profile_toml, require_ray, run_pytest
 from tests.sim_truth import check_against_the_server, run_one_level

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.correctness.sandbox import bwrap_candidates, find_isolation, run_sandboxed
+from perfgate.correctness.isolation import bwrap_candidates, find_isolation
+from perfgate.correctness.sandbox import run_sandboxed
 from tests.unit.test_sandbox_guard import PRIME, PRIME_TESTS
 
 BWRAPS = bwrap_candidates()

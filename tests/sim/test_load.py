@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from perfgate.load.level import run_level
-from perfgate.load.sweep import ShardPool, run_sweep
+from perfgate.load.shards import ShardPool
+from perfgate.load.sweep import run_sweep
 from perfgate.load.workers import HttpxWorkers, RequestPlan
 from perfgate.sim import SimConfig, SimProcess
 from perfgate.workload.prompts import Prompt

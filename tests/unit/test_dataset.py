@@ -8,8 +8,8 @@ import json
 import pytest
 
 from perfgate.errors import WorkloadError
+from perfgate.workload.conversations import conversation_prompts, dataset_prompts, drawn_lengths
 from perfgate.workload.dataset import load_conversations, shipped_names
-from perfgate.workload.prompts import conversation_prompts, dataset_prompts, drawn_lengths
 from tests.unit.test_workload import UnevenTokenizer
 
 

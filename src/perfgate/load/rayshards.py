@@ -25,7 +25,7 @@ from typing import Any
 from perfgate.client import RequestRecord
 from perfgate.client.monitor import HarnessStats
 from perfgate.errors import PerfgateError
-from perfgate.load.sweep import ShardJob, ShardLink, ShardPool, ShardRunner
+from perfgate.load.shards import ShardJob, ShardLink, ShardPool, ShardRunner
 
 CLOCK_READINGS = 8  # clock readings per actor before each level; the fastest one counts
 PLACE_TIMEOUT_S = 60.0  # how long an actor may wait for a node with a free CPU

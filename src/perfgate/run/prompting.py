@@ -17,16 +17,14 @@ from perfgate.errors import WorkloadError
 from perfgate.gate.values import level_name
 from perfgate.profile import Profile
 from perfgate.render.live import ProgressView
+from perfgate.workload.approximate import approximate_prompts
+from perfgate.workload.conversations import conversation_prompts, dataset_prompts, drawn_lengths
 from perfgate.workload.dataset import Conversation, load_conversations
 from perfgate.workload.prompts import (
     Prompt,
     Tokenizer,
     WordCosts,
-    approximate_prompts,
     build_prompts,
-    conversation_prompts,
-    dataset_prompts,
-    drawn_lengths,
     word_cost_counts,
     word_costs,
 )

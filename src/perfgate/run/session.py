@@ -50,7 +50,8 @@ from perfgate.gate.verdict import Check
 from perfgate.launch import AttachedBackend, Backend, launch
 from perfgate.load.level import LevelRun, RateShape, RoundRunner, Tally, plain_rounds
 from perfgate.load.rayshards import RayShardPool
-from perfgate.load.sweep import Decision, ShardPool, run_sweep
+from perfgate.load.shards import ShardPool
+from perfgate.load.sweep import Decision, run_sweep
 from perfgate.load.workers import RequestPlan, SequentialClient
 from perfgate.measure.data import CapacitySearch, LevelData, Measurement, Probe
 from perfgate.measure.telemetry import (

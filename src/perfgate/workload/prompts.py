@@ -14,8 +14,7 @@ cache serves the common part.
 Building is cheap: the tokens each word costs are counted once (:func:`word_costs`),
 each prompt is planned from those costs, and every plan is checked with one count,
 several at a time. Only a plan the server counts differently falls back to a search
-by counting (:func:`exact_prompt`).
-"""
+by counting (:func:`exact_prompt`)."""
 
 from __future__ import annotations
 
@@ -30,9 +29,7 @@ from typing import Protocol
 import httpx
 
 from perfgate.engines import Engine
-from perfgate.engines.base import chat_messages
 from perfgate.errors import WorkloadError
-from perfgate.workload.dataset import Conversation
 
 # Common English words; nearly all are one token in every mainstream tokenizer.
 WORDS = (
@@ -53,9 +50,17 @@ WORDS = (
     "doctor wall patient worker news test movie north love support technology step "
     "baby computer type attention film tree source organization hair window evidence"
 ).split()
+
+
 PAD_WORDS = (" the", " a", " and", " of", " to", " in")
+
+
 MAX_ADJUST_STEPS = 64
+
+
 PLAN_WORDS = WORDS[:96]  # the words plans are made of (their costs are counted once)
+
+
 COUNT_WORKERS = 8  # tokenize requests in flight while building
 
 
@@ -302,143 +307,4 @@ def build_prompts(
         else:
             rng_i = random.Random(f"{seed}:{i}")
             prompts.append(exact_prompt(tokenizer, rng_i, n, prefix[0] if prefix else ""))
-    return prompts
-
-
-CALIBRATION_WORDS = 256
-
-
-def _prompt_tokens(client: httpx.Client, api: str, model: str, text: str) -> int:
-    if api == "chat":
-        path, body = "/v1/chat/completions", {"messages": chat_messages(text)}
-    else:
-        path, body = "/v1/completions", {"prompt": text}
-    response = client.post(path, json={"model": model, "max_tokens": 1, "temperature": 0, **body})
-    response.raise_for_status()
-    return int(response.json()["usage"]["prompt_tokens"])
-
-
-def approximate_prompts(
-    client: httpx.Client,
-    model: str,
-    count: int,
-    input_len: int,
-    seed: int,
-    api: str = "completions",
-    why: str = "no tokenize endpoint",
-    prefix_len: int | None = None,
-) -> tuple[list[Prompt], str]:
-    """For a server that cannot count prompts: seeded prompts whose length is estimated
-    from two readings of ``usage.prompt_tokens`` through the measured API (a one-word
-    prompt gives the fixed overhead, chat template included; a long one the tokens per
-    word). Returns the prompts (``tokens`` None: not exact) and a note saying how far off."""
-    rng = random.Random(seed)
-    sample = _random_words(rng, CALIBRATION_WORDS)
-    try:
-        overhead = _prompt_tokens(client, api, model, sample[0]) - 1
-        measured = _prompt_tokens(client, api, model, " ".join(sample))
-    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-        raise WorkloadError(
-            f"{why}, and the server reports no usage.prompt_tokens ({exc}); prompt lengths "
-            "cannot be set"
-        ) from exc
-    per_word = max(measured - overhead, 1) / CALIBRATION_WORDS
-    words = max(1, round((input_len - overhead) / per_word))
-    shared = min(words - 1, round(prefix_len / per_word)) if prefix_len else 0
-    prefix = " ".join(_random_words(random.Random(f"{seed}:prefix"), shared))
-    prompts = [
-        Prompt(_joined(prefix, _random_words(rng, words - shared)), None) for _ in range(count)
-    ]
-    common = f", the first {shared} shared" if shared else ""
-    note = (
-        f"{why}: {api} prompts of {words} words{common}, about {input_len} tokens ({overhead} "
-        f"tokens of template and specials, {per_word:.2f} tokens per word, from two "
-        "usage.prompt_tokens readings); input lengths are approximate"
-    )
-    return prompts, note
-
-
-def drawn_lengths(seed: int, count: int, length: int, ratio: float, floor: int = 1) -> list[int]:
-    """``count`` lengths drawn uniformly (seeded) from ``length`` x [1 - ratio, 1 + ratio],
-    at least ``floor``; all exactly ``length`` when ``ratio`` is 0."""
-    if ratio <= 0:
-        return [length] * count
-    rng = random.Random(f"{seed}:lengths:{length}")
-    low, high = max(floor, round(length * (1 - ratio))), max(floor, round(length * (1 + ratio)))
-    return [rng.randint(low, high) for _ in range(count)]
-
-
-MAX_DATASET_DRAWS = 20  # conversations looked at per prompt wanted, before giving up
-
-
-def dataset_prompts(
-    tokenizer: Counter,
-    conversations: Sequence[Conversation],
-    count: int,
-    seed: int,
-    *,
-    max_input: int,
-    max_output: int,
-    counted: dict[str, tuple[int, int]],
-    on_counted: Counted | None = None,
-) -> list[Prompt]:
-    """``count`` prompts drawn (seeded, with replacement) from ``conversations``: each the
-    first user turn, asking for as many tokens as the dataset's reply had (at most
-    ``max_output``); prompts longer than ``max_input`` tokens are passed over. Lengths
-    are the server's counts (``counted`` keeps them by conversation id, across calls)."""
-    rng = random.Random(f"{seed}:dataset")
-    empty = counted.setdefault("", (tokenizer.count(""), 0))[0]  # specials and template
-    prompts: list[Prompt] = []
-    for _ in range(count * MAX_DATASET_DRAWS):
-        if len(prompts) == count:
-            break
-        conversation = rng.choice(conversations)
-        turn = conversation.turns[0]
-        if conversation.id not in counted:
-            reply = max(1, tokenizer.count(turn.reply) - empty)
-            counted[conversation.id] = (tokenizer.count(turn.user), reply)
-        tokens, reply = counted[conversation.id]
-        if tokens <= max_input:
-            prompts.append(Prompt(turn.user, tokens, min(reply, max_output)))
-            if on_counted is not None:
-                on_counted(len(prompts))
-    if len(prompts) < count:
-        raise WorkloadError(
-            f"the dataset has too few prompts of at most {max_input} tokens (input_len): "
-            f"{len(prompts)} found in {count * MAX_DATASET_DRAWS} draws; raise input_len"
-        )
-    return prompts
-
-
-def conversation_prompts(
-    tokenizer: Counter,
-    conversations: Sequence[Conversation],
-    count: int,
-    seed: int,
-    *,
-    max_output: int,
-    counted: dict[str, tuple[int, int]],
-    on_counted: Counted | None = None,
-) -> list[Prompt]:
-    """``count`` requests that replay conversations drawn (seeded, with replacement) from
-    ``conversations``, turn after turn: turn k resends the k earlier user turns and their
-    dataset replies (``Prompt.history``), and asks for as many tokens as its own reply had
-    (at most ``max_output``). The last conversation may end early. Prompt lengths are not
-    counted (``tokens`` None): the server's usage says them."""
-    rng = random.Random(f"{seed}:conversations")
-    empty = counted.setdefault("", (tokenizer.count(""), 0))[0]
-    prompts: list[Prompt] = []
-    while len(prompts) < count:
-        conversation = rng.choice(conversations)
-        history: tuple[tuple[str, str], ...] = ()
-        for k, turn in enumerate(conversation.turns):
-            if len(prompts) == count:
-                break
-            key = f"{conversation.id}:turn{k}"
-            if key not in counted:
-                counted[key] = (0, max(1, tokenizer.count(turn.reply) - empty))
-            prompts.append(Prompt(turn.user, None, min(counted[key][1], max_output), history))
-            history = (*history, (turn.user, turn.reply))
-            if on_counted is not None:
-                on_counted(len(prompts))
     return prompts
