@@ -176,7 +176,7 @@ def test_a_figure_past_its_limit_within_noise_fails_as_too_noisy(tmp_path):
     their spread so wide that the old gate could not tell it from noise, and the summary
     said "all within tolerance". A figure past its limit that noise keeps from a verdict
     now fails as TOO NOISY, named in red; a steady run keeps the green line."""
-    from perfgate.plugin import _summary_lines
+    from perfgate.plugin.terminal import _summary_lines
 
     def session(runs: list[list[float]], update: bool) -> PerfgateSession:
         return _judged_sweep(tmp_path, runs, update=update)

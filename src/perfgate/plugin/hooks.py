@@ -1,0 +1,201 @@
+"""The run's life in pytest's hooks: configure, start, order the tests, record each
+result, finish (judge, write, exit code)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Generator
+from pathlib import Path
+from types import FrameType
+
+import pytest
+
+import perfgate.suites
+from perfgate.errors import PerfgateError
+from perfgate.gate.policy import exit_code
+from perfgate.plugin.options import (
+    RENAMED_OPTIONS,
+    _display_mode,
+    _gate_options,
+    _progress,
+    _refuse_a_rootdir_taken_from_an_option,
+    _server_log,
+    _setting,
+)
+from perfgate.plugin.state import (
+    FIXTURE_MODULES,
+    NOT_CONFIGURED,
+    SESSION_KEY,
+    SUMMARY_KEY,
+)
+from perfgate.plugin.terminal import _github_run_url
+from perfgate.profile import default_profile, load_profile
+from perfgate.run.session import PerfgateSession
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> Generator[None, None, None]:
+    """An option of perfgate's old name that no other plugin or conftest owns gets a usage
+    error that names the new one, instead of pytest's bare 'unrecognized arguments'."""
+    result = yield  # the initial conftests are loaded: their options are known now
+    _, unknown = parser.parse_known_and_unknown_args(args)
+    for arg in unknown:
+        name = arg.split("=", 1)[0]
+        if name in RENAMED_OPTIONS:
+            raise pytest.UsageError(
+                f"perfgate: {name} is now {RENAMED_OPTIONS[name]} (every perfgate option "
+                f"starts with --perf-, so none clashes with another plugin's); write "
+                f"{RENAMED_OPTIONS[name]}{arg[len(name) :]}"
+            )
+    return result
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The terminal reporter exists now (not yet when this plugin was configured)."""
+    perf = session.config.stash.get(SESSION_KEY, None)
+    if perf is not None:
+        perf.view.mode = _display_mode(session.config)
+
+
+def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "perf: performance suite, compared with baselines/")
+    config.addinivalue_line("markers", "correctness: correctness suite, runs before perf")
+    config.addinivalue_line(
+        "markers", "usability: a correctness check whose failure leaves perf unmeasured"
+    )
+    config.addinivalue_line(
+        "markers",
+        "twin(prompts, max_tokens): compares with the profile's twin, whose greedy outputs "
+        "of these prompts are computed first, with the twin running alone",
+    )
+    config.stash[SUMMARY_KEY] = []
+    _refuse_a_rootdir_taken_from_an_option(config)
+    root = config.rootpath
+    profiles_dir = root / config.getini("perfgate_profiles_dir")
+    chosen = config.getoption("perfgate_profile")
+    if chosen is None and not profiles_dir.is_dir():
+        config.stash[SESSION_KEY] = None  # not a perfgate project: stay out of the way
+        return
+    output = _setting(config, "perfgate_output") or str(root / ".perfgate")
+    try:
+        name = chosen or config.getini("perfgate_profile") or default_profile(profiles_dir)
+        profile = load_profile(name, profiles_dir)
+        session = PerfgateSession(
+            profile,
+            root=root,
+            baselines_dir=root / config.getini("perfgate_baselines_dir"),
+            output_dir=Path(output),
+            base_url=_setting(config, "perfgate_base_url"),
+            server_log=_server_log(config),
+            update_baselines=config.getoption("perfgate_update"),
+            options=_gate_options(config),
+            progress=_progress(config),
+            history_dir=Path(h) if (h := _setting(config, "perfgate_history")) else None,
+        )
+    except PerfgateError as exc:
+        raise pytest.UsageError(f"perfgate: {exc}") from exc
+    config.stash[SESSION_KEY] = session
+    for module in FIXTURE_MODULES:
+        config.pluginmanager.import_plugin(module)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # so servers get stopped
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Correctness tests run first: no speed is reported for a backend that answers wrongly.
+    perfgate's own suites, collected where perfgate is not configured, are refused."""
+    if config.stash.get(SESSION_KEY, None) is None:
+        suites = Path(perfgate.suites.__file__).parent
+        if any(item.path.is_relative_to(suites) for item in items):
+            raise pytest.UsageError(NOT_CONFIGURED)
+    items.sort(key=lambda item: 0 if item.get_closest_marker("correctness") else 1)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Whether this session runs perf tests: then every baseline figure is judged at its
+    end, including those of perf tests deselected with -k."""
+    perf = session.config.stash.get(SESSION_KEY, None)
+    if perf is not None:
+        perf.perf_selected = any(  # a measuring perf test (the correctness checks are perf too)
+            item.get_closest_marker("perf") and not item.get_closest_marker("correctness")
+            for item in session.items
+        )
+        twins = [m for item in session.items if (m := item.get_closest_marker("twin"))]
+        if twins and perf.profile.correctness.twin_profile is not None:
+            perf.twin_request = (
+                list(twins[0].kwargs["prompts"]),
+                int(twins[0].kwargs["max_tokens"]),
+            )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    session = item.config.stash.get(SESSION_KEY, None)
+    if session is not None and report.failed and item.get_closest_marker("correctness"):
+        if item.nodeid not in session.correctness_failures:
+            session.correctness_failures.append(item.nodeid)
+        if item.get_closest_marker("usability") and item.nodeid not in session.unusable:
+            session.unusable.append(item.nodeid)
+        if report.when == "call":  # the check ran: not a server that never answered
+            session.answered_wrongly = True
+    return report
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    perf = session.config.stash.get(SESSION_KEY, None)
+    if perf is None:
+        return
+    perf.stop_backend()
+    if perf.backend is None and not perf.run.measurements:
+        return  # nothing of this run touched a server
+    lines = session.config.stash[SUMMARY_KEY]
+    status = {0: "passed", 2: "interrupted"}.get(int(exitstatus), "failed")
+    if perf.perf_selected and not perf.update_baselines and perf.baseline is not None:
+        perf.run.checks = perf.verdicts().checks  # every baseline figure, deselected included
+    perf.apply_creep_rule()  # may turn passing figures to CREEP
+    if any(c.failed for c in perf.run.checks) and status == "passed":
+        status = "failed"
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    perf.finish(status)
+    if perf.update_baselines:
+        lines.extend(perf.record_baseline())
+        if perf.recording_refused and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # asked to record; wrote nothing
+    if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        no_baseline = (
+            perf.perf_selected
+            and bool(perf.hardware_key)  # the baseline was looked for
+            and perf.baseline is None
+            and not perf.update_baselines
+            and not perf.options.allow_no_baseline
+        )
+        session.exitstatus = exit_code(
+            int(session.exitstatus),
+            perf.run.checks,
+            correctness_failed=perf.answered_wrongly,
+            no_baseline=no_baseline,
+        )
+    lines.append(f"perfgate: run JSON written to {perf.run_path}")
+    lines.extend(perf.append_history())
+    summaries = [Path(p) for p in (_setting(session.config, "perfgate_summary"),) if p]
+    if github := os.environ.get("GITHUB_STEP_SUMMARY"):
+        summaries.append(Path(github))
+    summaries = list(dict.fromkeys(p.resolve() for p in summaries))  # each file once
+    lines.extend(
+        perf.write_reports(
+            summary_paths=summaries,
+            plots=not _setting(session.config, "perfgate_no_plots"),
+            artifact_url=_github_run_url(),
+        )
+    )
