@@ -158,7 +158,7 @@ def test_a_session_without_a_gpu_notes_it_once(tmp_path, monkeypatch):
 
     said = []
     session = session_for(small_profile(), tmp_path, progress=said.append)
-    monkeypatch.setattr("perfgate.run.session.open_nvml", lambda: open_nvml("perfgate_no_nvml"))
+    monkeypatch.setattr("perfgate.run.backend.open_nvml", lambda: open_nvml("perfgate_no_nvml"))
     assert session.gpu_sampler() is None and session.gpu_sampler() is None
     notes = [n for n in session.run.notes if n.startswith("no GPU telemetry")]
     assert len(notes) == 1 and "NVML is not installed" in notes[0]

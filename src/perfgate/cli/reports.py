@@ -39,7 +39,7 @@ def _baseline_rederive(args: argparse.Namespace) -> int:
     from perfgate import __version__
     from perfgate.gate.baseline import ANY_HARDWARE, baseline_path, save_baseline
     from perfgate.gate.recording import diff_lines
-    from perfgate.run.session import gate_policy
+    from perfgate.run.state import gate_policy
 
     directory = Path(args.baselines_dir)
     profile = load_profile(args.profile, Path(args.profiles_dir))

@@ -23,12 +23,7 @@ from perfgate.plugin.options import (
     _server_log,
     _setting,
 )
-from perfgate.plugin.state import (
-    FIXTURE_MODULES,
-    NOT_CONFIGURED,
-    SESSION_KEY,
-    SUMMARY_KEY,
-)
+from perfgate.plugin.state import FIXTURE_MODULES, NOT_CONFIGURED, SESSION_KEY, SUMMARY_KEY
 from perfgate.plugin.terminal import _github_run_url
 from perfgate.profile import default_profile, load_profile
 from perfgate.run.session import PerfgateSession

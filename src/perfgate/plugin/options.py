@@ -10,7 +10,7 @@ import pytest
 
 from perfgate.profile import DEFAULT_PROFILE
 from perfgate.render.live import Mode, ProgressView
-from perfgate.run.session import GateOptions
+from perfgate.run.state import GateOptions
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -7,10 +7,7 @@ import os
 
 import pytest
 
-from perfgate.plugin.state import (
-    SESSION_KEY,
-    SUMMARY_KEY,
-)
+from perfgate.plugin.state import SESSION_KEY, SUMMARY_KEY
 from perfgate.render.markdown import floors_only_line
 from perfgate.run.session import PerfgateSession
 

@@ -1,0 +1,196 @@
+"""What a run leaves: a new baseline (all or nothing), golden outputs, the history line,
+plots and the Markdown summary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from perfgate import __version__
+from perfgate.correctness.golden import compare_golden, golden_path, save_golden
+from perfgate.errors import BaselineError
+from perfgate.gate.baseline import save_baseline
+from perfgate.gate.creep import apply_creep_rule
+from perfgate.gate.recording import build_baseline, diff_lines
+from perfgate.gate.values import run_values
+from perfgate.render.markdown import markdown_summary
+from perfgate.render.plots.charts import render_run_plots
+from perfgate.render.plots.common import PlotsUnavailable, load_baseline_run
+from perfgate.results.history import append_entry, entry_from_run, history_path
+from perfgate.run.state import SessionState
+
+
+class Recording(SessionState):
+    """Recording baselines and golden outputs; the history; the reports."""
+
+    def record_baseline(self) -> list[str]:
+        """Write a new baseline from this run, all or nothing; returns the lines to print.
+
+        Only a passed run with every measurement complete is recorded. Its figures are
+        merged into the existing baseline (figures it did not measure are kept).
+        """
+        refuse = "perfgate: baseline NOT updated: "
+        problems = self.policy.recording_problems(
+            self.run.measurements,
+            status=self.run.status,
+            correctness_failures=self.correctness_failures,
+        )
+        golden_only = (
+            not self.run.measurements
+            and self.golden_outputs is not None
+            and self.run.status == "passed"
+            and not self.correctness_failures
+        )
+        if problems and golden_only:  # e.g. `pytest -m correctness --perf-update-baselines`
+            return [
+                "perfgate: no performance measured in this run: baseline figures unchanged",
+                *self._record_golden(),
+            ]
+        if problems:
+            self.recording_refused = True
+            lines = [refuse + problems[0], *(f"  also: {p}" for p in problems[1:])]
+            regressed = [c.key for c in self.run.checks if c.verdict == "regressed"]
+            exact = self.baseline_tier == "exact"
+            if regressed and exact and not self.correctness_failures:
+                named = ", ".join(regressed[:3]) + (", ..." if len(regressed) > 3 else "")
+                lines.append(
+                    f"  it regressed against {self._relative(self.baseline_path)} ({named}). "
+                    "To accept slower figures on purpose, remove that file (git keeps the old "
+                    "one) and record again."
+                )
+            return lines
+        previous = self.known_baselines.get(self.hardware_key)
+        kept_run = self.baseline_path.with_suffix(".run.json.gz")
+        try:
+            recorded = build_baseline(
+                self.profile.name,
+                self.hardware_key,
+                run_values(self.run.measurements, self.policy.chosen(previous)),
+                previous,
+                rule=self.policy.rule(None),
+                tolerance=self.options.tolerance,
+                facts=self.run.facts,
+                min_tolerance=self.profile.gate.min_tolerance,
+                host_id=str(self.hardware.get("host_id") or ""),
+                provenance={
+                    "perfgate_version": __version__,
+                    "git_commit": self.run.git_commit,
+                    "profile": self.run.profile,
+                    "profile_digest": self.run.profile_digest,
+                    "engine": self.run.engine,
+                    "engine_version": self.run.engine_version,
+                    "model": self.profile.model.name,
+                    "hardware": self.hardware,
+                    "run_json": self._relative(kept_run),
+                },
+            )
+        except BaselineError as exc:
+            self.recording_refused = True
+            return [refuse + str(exc)]
+        save_baseline(self.baseline_path, recorded.baseline)
+        self.run.write_compressed(kept_run)  # the raw records, compact, beside the figures
+        lines = [
+            f"perfgate: baseline written to {self._relative(self.baseline_path)} "
+            f"({len(recorded.baseline.metrics)} figures; tolerances from "
+            f"{self.repeats} runs a level):",
+            *diff_lines(previous, recorded),
+        ]
+        lines += self._record_golden()
+        # self.baseline stays the old one: the summary table shows old vs measured
+        return lines
+
+    def _record_golden(self) -> list[str]:
+        """Write this run's golden outputs next to the baseline; the lines to print (each
+        changed output, with where it changed)."""
+        if self.golden_outputs is None:
+            return []
+        lines = []
+        path = golden_path(self.baseline_path)
+        if self.golden is not None:  # the file recording replaces, read at start
+            changed = [
+                d for d in compare_golden(self.golden, self.golden_outputs.outputs) if not d.exact
+            ]
+            lines += [f"perfgate: golden output changed: {d.message()}" for d in changed]
+        save_golden(path, self.golden_outputs)
+        lines.append(
+            f"perfgate: {len(self.golden_outputs.outputs)} golden greedy outputs "
+            f"written to {self._relative(path)}"
+        )
+        return lines
+
+    def apply_creep_rule(self) -> None:
+        """The slow-creep rule (when the profile sets ``gate.creep_runs``): this run's
+        passing figures that have been worse than the baseline by more than the margin
+        for that many runs in a row, in the profile's history, become CREEP."""
+        gate = self.profile.gate
+        if gate.creep_runs and self.run.checks and not self.update_baselines:
+            self.run.checks = apply_creep_rule(
+                self.run.checks,
+                self.history,
+                runs=gate.creep_runs,
+                margin=gate.creep_margin,
+                hardware_key=self.hardware_key,
+            )
+
+    def append_history(self) -> list[str]:
+        """This run's judged figures and provenance appended to the profile's history;
+        returns the lines to print. Interrupted runs and recordings add nothing."""
+        path = history_path(self.history_dir, self.profile.name)
+        if self.update_baselines or self.run.status in ("interrupted", "running"):
+            return []
+        entry = entry_from_run(self.run, self._relative(self.run_path))
+        if entry is None:
+            return []
+        try:
+            append_entry(path, entry)
+        except OSError as exc:
+            return [f"perfgate: could not append to the history {path}: {exc}"]
+        return [f"perfgate: history appended to {self._relative(path)}"]
+
+    def write_reports(
+        self,
+        *,
+        summary_paths: Sequence[Path] = (),
+        plots: bool = True,
+        artifact_url: str | None = None,
+    ) -> list[str]:
+        """The run's plots (next to the run JSON) and its Markdown summary (appended to
+        each of ``summary_paths``, e.g. ``$GITHUB_STEP_SUMMARY``; ``artifact_url``: where
+        CI keeps the files), all computed from the run JSON; returns the lines to print."""
+        lines: list[str] = []
+        files: list[str] = []
+        if plots and self.run.measurements:
+            baseline_run = None
+            if self.run.status == "failed":
+                baseline_run = load_baseline_run(self.run, self.root)
+            try:
+                written = render_run_plots(
+                    self.run,
+                    self.run_path.parent,
+                    self.run_path.name.removesuffix(".json"),
+                    baseline_run=baseline_run,
+                )
+            except (PlotsUnavailable, OSError) as exc:
+                lines.append(f"perfgate: no plots: {exc}")
+            else:
+                files = [self._relative(path) for path in written]
+                if files:
+                    lines.append(f"perfgate: plots written: {', '.join(files)}")
+                else:
+                    lines.append(
+                        "perfgate: no plots: they draw levels of concurrency, and this run "
+                        "measured none (request rates and capacity searches are in the tables)"
+                    )
+        markdown = markdown_summary(
+            self.run, run_json=self._relative(self.run_path), files=files, artifact_url=artifact_url
+        )
+        for path in summary_paths:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with path.open("a", encoding="utf-8") as out:
+                    out.write(markdown + "\n")
+            except OSError as exc:
+                lines.append(f"perfgate: could not write the Markdown summary to {path}: {exc}")
+            else:
+                lines.append(f"perfgate: Markdown summary written to {path}")
+        return lines
