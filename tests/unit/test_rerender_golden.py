@@ -65,6 +65,7 @@ OUTPUTS = {
     "failed.csv": lambda: perfgate("report", FAILED, "--csv", "-"),
     "passed.summary.md": lambda: perfgate("report", PASSED, "--markdown"),
     "failed.summary.md": lambda: perfgate("report", FAILED, "--markdown"),
+    "failed.junit.xml": lambda: perfgate("report", FAILED, "--format", "junit"),
     "compare.passed-then-failed.txt": lambda: perfgate("compare", PASSED, FAILED),
     "compare.failed-then-passed.txt": lambda: perfgate("compare", FAILED, PASSED),
     "passed.points.txt": lambda: points_text(PASSED),

@@ -17,6 +17,7 @@ from perfgate.cli.reports import (
     _report,
 )
 from perfgate.errors import PerfgateError
+from perfgate.render.formats import formats
 from perfgate.results.history import DEFAULT_HISTORY_DIR
 
 
@@ -111,6 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the Markdown summary instead (as written to $GITHUB_STEP_SUMMARY)",
     )
+    r.add_argument(
+        "--format",
+        choices=sorted(formats()),
+        help="the report's format (render/formats/: "
+        + "; ".join(f"{f.name}: {f.help}" for f in formats().values())
+        + ")",
+    )
+    r.add_argument("--output", metavar="PATH", help="write the report to PATH, not stdout")
     r.add_argument("--artifact-url", help="with --markdown: link where CI uploaded the files")
     r.set_defaults(func=_report)
     pl = sub.add_parser(

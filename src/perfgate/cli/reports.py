@@ -15,9 +15,8 @@ from perfgate.gate.recording import build_baseline
 from perfgate.gate.values import run_values
 from perfgate.gate.verdict import Check
 from perfgate.profile import GateSpec, available_profiles, load_profile
+from perfgate.render.formats import Context, formats
 from perfgate.render.history import plot_history, render_history, select_keys
-from perfgate.render.markdown import markdown_summary
-from perfgate.render.table import csv_text, render_table
 from perfgate.results.history import history_path, load_history
 from perfgate.results.run import RunRecord, load_run
 
@@ -179,27 +178,17 @@ def _print_fact_diff(old: RunRecord, new: RunRecord, failed: list[Check]) -> Non
 
 def _report(args: argparse.Namespace) -> int:
     run = load_run(Path(args.run_json))
-    if args.csv is not None:
-        text = csv_text(run)
-        if args.csv == "-":
-            sys.stdout.write(text)
-        else:
-            Path(args.csv).write_text(text)
-            print(f"CSV written to {args.csv}")
-        return 0
-    if args.markdown:
-        sys.stdout.write(
-            markdown_summary(run, run_json=args.run_json, artifact_url=args.artifact_url)
-        )
-        return 0
-    print(
-        f"{args.run_json}: profile {run.profile.get('name')}, {run.engine} "
-        f"{run.engine_version}, status {run.status}"
-    )
-    for name, measurement in run.measurements.items():
-        records = sum(len(lv.records) for lv in measurement.levels)
-        print(f"[{name}] (metrics recomputed from {records} raw records)")
-        print(render_table(name, measurement.recomputed(), None))
+    name, output = args.format or "text", args.output
+    if args.csv is not None:  # --csv [PATH]: the csv format
+        name, output = "csv", (None if args.csv == "-" else args.csv)
+    elif args.markdown:
+        name = "markdown"
+    text = formats()[name].render(run, Context(args.run_json, args.artifact_url))
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        Path(output).write_text(text)
+        print(f"{name} report written to {output}")
     return 0
 
 
