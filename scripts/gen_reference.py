@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from perfgate import profile
+from perfgate.engines import engine_names
 from perfgate.gate import figures
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "reference"
@@ -143,9 +144,10 @@ def profile_page() -> str:
             ):
                 continue  # the tables below
             description = (field.description or "").replace("|", "\\|").replace("\n", " ")
-            lines.append(
-                f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | {description} |"
-            )
+            kind = _type_name(field.annotation)
+            if model is profile.Profile and name == "engine":  # the engine modules found
+                kind = " \\| ".join(json.dumps(e) for e in engine_names())
+            lines.append(f"| `{name}` | {kind} | {_default(field)} | {description} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -158,6 +160,7 @@ def schema_text() -> str:
     filled = [name for name in workload.get("required", []) if name != "preset"]
     workload.pop("required", None)
     workload["anyOf"] = [{"required": ["preset"]}, {"required": filled}]
+    schema["properties"]["engine"]["enum"] = engine_names()  # the engine modules found
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "perfgate profile"
     return json.dumps(schema, indent=1, sort_keys=True) + "\n"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from perfgate.engines.base import (
     Engine,
     Fact,
@@ -18,12 +21,25 @@ from perfgate.engines.sglang import SGLang
 from perfgate.engines.vllm import VLLM
 from perfgate.errors import ProfileError
 
-_ENGINES: dict[str, Engine] = {
-    "llamacpp": LlamaCpp(),
-    "vllm": VLLM(),
-    "sglang": SGLang(),
-    "openai": OpenAICompatible(),
-}
+
+def _discovered() -> dict[str, Engine]:
+    """Every engine module of this package: one that defines ``ENGINE`` (an instance of
+    its :class:`~perfgate.engines.base.Engine`), by its ``name``. A new engine is one new
+    file here."""
+    found: dict[str, Engine] = {}
+    for module in pkgutil.iter_modules(__path__):
+        engine = getattr(importlib.import_module(f"{__name__}.{module.name}"), "ENGINE", None)
+        if isinstance(engine, Engine):
+            found[engine.name] = engine
+    return dict(sorted(found.items()))
+
+
+_ENGINES = _discovered()
+
+
+def engine_names() -> list[str]:
+    """The engines a profile may name (``engine = "..."``)."""
+    return list(_ENGINES)
 
 
 def get_engine(name: str) -> Engine:
@@ -44,6 +60,7 @@ __all__ = [
     "OpenAICompatible",
     "SGLang",
     "SpecCounters",
+    "engine_names",
     "flags_from_args",
     "get_engine",
     "is_secret_name",

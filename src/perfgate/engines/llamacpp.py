@@ -275,3 +275,6 @@ class LlamaCpp(Engine):
             for key, value in found.items()
             if isinstance(value, str | int | float)
         }
+
+
+ENGINE = LlamaCpp()  # found by perfgate.engines: an engine is this one file

@@ -9,7 +9,9 @@ from pydantic import BaseModel, ConfigDict
 DEFAULT_PROFILE = "llamacpp-gemma3-270m"
 
 
-EngineName = Literal["llamacpp", "vllm", "sglang", "openai"]
+# an engine module's name (perfgate.engines finds them; an unknown one is a ProfileError
+# naming the supported ones when the run starts)
+EngineName = str
 
 
 LauncherName = Literal["process", "docker", "ssh", "attach"]
