@@ -81,7 +81,6 @@ def test_bad_toml_is_reported_with_path(tmp_path):
         ("levels = [1, 2]", "levels = [2, 1]", "workload.levels"),
         ("levels = [1, 2]", "levels = [0, 1]", "workload.levels"),
         ("output_len = 4", "output_len = -4", "workload.output_len"),
-        ('engine = "llamacpp"', 'engine = "tgi"', "engine"),
         ('name = "m"', "", "model.name"),
     ],
 )
@@ -90,6 +89,21 @@ def test_invalid_values_name_the_field(tmp_path, old, new, field):
     with pytest.raises(ProfileError) as err:
         load_profile(str(write(tmp_path, text)), tmp_path)
     assert f"  - {field}:" in str(err.value)
+
+
+def test_an_unknown_engine_is_refused_before_anything_starts(tmp_path):
+    """Engines are found as modules of perfgate.engines (a new engine is one file), so the
+    profile's engine is checked when the run is set up, naming the engines there are."""
+    from perfgate.run.session import PerfgateSession
+
+    text = VALID.format(name="p").replace('engine = "llamacpp"', 'engine = "tgi"')
+    profile = load_profile(str(write(tmp_path, text)), tmp_path)
+    with pytest.raises(ProfileError) as err:
+        PerfgateSession(profile, root=tmp_path, baselines_dir=tmp_path, output_dir=tmp_path)
+    assert str(err.value) == (
+        "profile 'p': engine 'tgi' is not supported yet (supported: llamacpp, openai, sglang, "
+        "vllm)"
+    )
 
 
 def test_unknown_profile_lists_known_ones(tmp_path):

@@ -63,7 +63,10 @@ class PerfgateSession(
         # the server's API key and extra headers: read now, so a missing one stops the run
         # before anything starts; never written anywhere
         self.headers = profile.request_headers()
-        self.engine: Engine = get_engine(profile.engine)
+        try:
+            self.engine: Engine = get_engine(profile.engine)
+        except ProfileError as exc:
+            raise ProfileError(f"profile {profile.name!r}: {exc}") from None
         self.root = root
         self.base_url = base_url
         self.server_log = server_log
