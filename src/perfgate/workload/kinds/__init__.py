@@ -1,0 +1,87 @@
+"""Prompt kinds, one module each behind :class:`PromptKind`: a new kind is one new file
+here, plus its name among the profile's ``workload.prompts``.
+
+A kind draws a level run's prompts from a :class:`Draw` (the server's client, the
+workload, the run's seed and count, why prompts cannot be exact here, and a cache the kind
+keeps between the draws of one run). :func:`prompt_kind` finds every module of this
+package.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+
+from perfgate.engines import Engine
+from perfgate.errors import ProfileError
+from perfgate.profile import WorkloadSpec
+from perfgate.workload.prompts import Prompt, Tokenizer
+
+
+class Progress(Protocol):
+    """One step's progress (``update`` as items finish)."""
+
+    def update(self, done: int = 1) -> None: ...
+
+
+Step = Callable[..., AbstractContextManager[Progress]]  # step(label, total, unit=...)
+
+
+@dataclass
+class Draw:
+    """What one level run asks of its prompt kind."""
+
+    client: httpx.Client  # the server (its tokenizer counts the prompts)
+    engine: Engine
+    workload: WorkloadSpec
+    model: str
+    root: Path  # a dataset path is relative to it
+    run: str  # the level run, in words: "sweep C=4 run 1"
+    count: int
+    seed: int
+    why: str  # why prompts of exact lengths cannot be built here ('' when they can)
+    step: Step  # a progress step: ``with step(label, total, unit="prompts") as task``
+    degraded: Callable[[str], None]  # says once what perfgate could not do as usual
+    cache: dict[str, Any] = field(default_factory=dict)  # kept between one run's draws
+
+    def tokenizer(self, api: str | None = None) -> Tokenizer:
+        """The server's token counter for the workload's API (or ``api``)."""
+        return Tokenizer(self.client, self.engine, self.model, api or self.workload.api)
+
+
+class PromptKind:
+    """One kind of prompt: the names a profile gives it, and how a level run draws them."""
+
+    names: tuple[str, ...] = ()
+
+    def draw(self, draw: Draw) -> list[Prompt]:
+        """``draw.count`` prompts for the level run: the same for the same seed."""
+        raise NotImplementedError
+
+
+KINDS: dict[str, PromptKind] = {}
+
+
+def register(kind: PromptKind) -> PromptKind:
+    """Add a kind under each of its names."""
+    for name in kind.names:
+        KINDS[name] = kind
+    return kind
+
+
+def prompt_kind(name: str) -> PromptKind:
+    """The kind a profile's ``workload.prompts`` names (every module here is looked at)."""
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
+    try:
+        return KINDS[name]
+    except KeyError:
+        known = ", ".join(sorted(KINDS))
+        raise ProfileError(f"no prompt kind {name!r} (there are: {known})") from None
