@@ -248,7 +248,7 @@ CAPACITY = {
     # request's wait for a whole 64-token answer (about 3 s): each 3x or more away from it,
     # on a host twice as slow as this one too (a held core) or a third faster
     "[gate]\n": (
-        '[slo]\nttft_s = 1.6\n\n[capacity]\nby = "concurrency"\nlow = 1\nhigh = 6\n'
+        '[slo]\nttft_s = 1.6\n\n[capacity]\nby = "concurrency"\nlow = 1\nhigh = 5\n'
         "target = 0.9\n\n[gate]\n"
     ),
 }

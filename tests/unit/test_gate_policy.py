@@ -396,3 +396,41 @@ def test_early_abort_reads_every_tok_s_figure_the_baseline_has_and_only_those():
     assert policy.abort_reason("sweep", level_run(1, 40.0), neither) is None
     assert policy.abort_reason("sweep", level_run(1, 100.0, ttft_s=5.0), base) is None
     assert policy.abort_reason("sweep", level_run(1, 1.0), None) is None  # nothing to compare
+
+
+def test_early_abort_looks_past_a_tok_s_figure_that_is_fine():
+    """Each tok/s figure is looked at: one within its baseline does not end the look, so
+    the next, far below its own, still aborts."""
+    base = recorded()
+    agg = base.metrics["sweep.c1.agg_tok_s"]
+    lowered = base.model_copy(
+        update={
+            "metrics": {
+                **base.metrics,
+                "sweep.c1.agg_tok_s": agg.model_copy(update={"value": 40.0}),
+            }
+        }
+    )
+    reason = GatePolicy(abort_below=0.5).abort_reason("sweep", level_run(1, 40.0), lowered)
+    assert reason is not None and reason.startswith(
+        "early abort at C=1: sweep.c1.per_request_tok_s"
+    )
+
+
+def test_early_abort_on_another_host_allows_for_the_spread_between_hosts():
+    """A baseline that records a wide spread between hosts (40%): 30% of it aborts on the
+    recording's host, and not on another, where that spread is noise too."""
+    base = recorded()
+    wide = base.model_copy(
+        update={
+            "metrics": {
+                k: v.model_copy(update={"host_sigma": 0.4, "host_df": 10.0})
+                if k.startswith("sweep.c1.") and k.endswith("tok_s")
+                else v
+                for k, v in base.metrics.items()
+            }
+        }
+    )
+    run = level_run(1, 30.0)
+    assert GatePolicy(abort_below=0.5).abort_reason("sweep", run, wide) is not None
+    assert GatePolicy(abort_below=0.5, another_host=True).abort_reason("sweep", run, wide) is None
