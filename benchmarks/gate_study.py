@@ -28,11 +28,12 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 from perfgate.gate.baseline import Baseline
-from perfgate.gate.figures import run_values
 from perfgate.gate.policy import GatePolicy
 from perfgate.gate.recording import build_baseline
-from perfgate.measure.metrics import LevelData, Measurement, SpecStats
-from perfgate.stats import Noise, estimate
+from perfgate.gate.values import run_values
+from perfgate.measure.data import LevelData, Measurement
+from perfgate.measure.metrics import SpecStats
+from perfgate.stats.estimate import Noise, estimate
 
 LEVELS = 9  # x 4 figures = 36, the seeds' sweep scale
 POLICY = GatePolicy(min_runs=3, max_runs=10)  # the shipped defaults

@@ -21,7 +21,7 @@ import random
 
 from perfgate.client import RequestRecord
 from perfgate.load.level import LevelRun
-from perfgate.measure.metrics import LevelData, Measurement
+from perfgate.measure.data import LevelData, Measurement
 from perfgate.results.run import RunRecord
 
 LEVELS = [1, 2, 4, 8, 16, 32, 64, 100]

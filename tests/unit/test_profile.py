@@ -101,8 +101,7 @@ def test_an_unknown_engine_is_refused_before_anything_starts(tmp_path):
     with pytest.raises(ProfileError) as err:
         PerfgateSession(profile, root=tmp_path, baselines_dir=tmp_path, output_dir=tmp_path)
     assert str(err.value) == (
-        "profile 'p': engine 'tgi' is not supported yet (supported: llamacpp, openai, sglang, "
-        "vllm)"
+        "profile 'p': engine 'tgi' is not supported yet (supported: llamacpp, openai, sglang, vllm)"
     )
 
 
