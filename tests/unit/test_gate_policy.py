@@ -434,3 +434,19 @@ def test_early_abort_on_another_host_allows_for_the_spread_between_hosts():
     run = level_run(1, 30.0)
     assert GatePolicy(abort_below=0.5).abort_reason("sweep", run, wide) is not None
     assert GatePolicy(abort_below=0.5, another_host=True).abort_reason("sweep", run, wide) is None
+
+
+def test_a_measurement_fails_on_failed_requests_an_early_stop_or_levels_not_run():
+    """What fails a measurement besides its figures (perf_gate reports each)."""
+    from perfgate.gate.verdict import measurement_problems
+
+    clean = measurement({1: [100.0, 101.0, 99.0]})
+    assert measurement_problems("sweep", clean) == []
+    failing = Measurement(levels=[level_run(2, 50.0, fail=1)])
+    [problem] = measurement_problems("sweep", failing)
+    assert problem.startswith("sweep C=2: 1 of 3 requests failed: HTTP 500")
+    stopped = measurement({1: [100.0]})
+    stopped.aborted, stopped.not_run = "early abort at C=1: ...", [2, 4]
+    assert measurement_problems("sweep", stopped) == ["early abort at C=1: ..."]
+    stopped.aborted = None
+    assert measurement_problems("sweep", stopped) == ["sweep: levels not run: [2, 4]"]

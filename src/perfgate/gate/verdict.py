@@ -11,7 +11,8 @@ from pydantic import BaseModel, Field
 
 from perfgate.gate.baseline import Expectation
 from perfgate.gate.figures import delta_pct, delta_text
-from perfgate.gate.values import parse_key
+from perfgate.gate.values import level_name, parse_key
+from perfgate.measure.data import Measurement
 from perfgate.stats.decide import Rule, comparison, decide
 from perfgate.stats.estimate import Direction, Estimate, Verdict, estimate, limits
 
@@ -164,3 +165,21 @@ def _check(
         unit=unit,
         **judged,
     )
+
+
+def measurement_problems(name: str, measurement: Measurement) -> list[str]:
+    """What fails a measurement besides its figures: failed requests (each level's, with
+    its first errors), a sweep stopped early, levels not run."""
+    problems = []
+    for level in measurement.levels:
+        m = level.metrics
+        if m.fail:
+            problems.append(
+                f"{name} {level_name(level.level)}: {m.fail} of {m.ok + m.fail} "
+                f"requests failed: {'; '.join(m.errors[:3])}"
+            )
+    if measurement.aborted:
+        problems.append(measurement.aborted)
+    elif measurement.not_run:
+        problems.append(f"{name}: levels not run: {measurement.not_run}")
+    return problems

@@ -18,7 +18,7 @@ from perfgate.engines import Engine
 from perfgate.gate.values import level_name
 from perfgate.profile import Profile
 from perfgate.render.live import ProgressView
-from perfgate.workload.kinds import Draw, prompt_kind
+from perfgate.workload.kinds import Draw, PromptKind, prompt_kind
 from perfgate.workload.prompts import (
     Prompt,
     Tokenizer,
@@ -45,9 +45,13 @@ class PromptSource:
         self.view = view
         self.degraded = degraded  # says once what perfgate could not do as usual
         self.nonce = nonce  # attached servers may cache prompts: a per-run nonce differs
-        self.kind = prompt_kind(profile.workload.prompts)
         self._chat_countable: bool | None = None  # whether chat prompts can be counted
         self._cache: dict[str, Any] = {}  # what the prompt kind keeps between draws
+
+    @property
+    def kind(self) -> PromptKind:
+        """The profile's prompt kind (``workload.prompts``)."""
+        return prompt_kind(self.profile.workload.prompts)
 
     def draw(
         self,

@@ -59,9 +59,9 @@ class RequestChecks(SessionState):
         if forced:
             return  # short outputs fail their requests (RequestPlan.output_problem)
         w = self.profile.workload
-        if w.prompts in ("dataset", "multi-turn") or w.range_ratio:
+        if not self.prompt_source.kind.one_length(w):
             return  # lengths vary by request: no one length to compare with
-        if why := short_outputs(data.metrics, self.profile.workload.output_len, forced):
+        if why := short_outputs(data.metrics, w.output_len, forced):
             self.degraded(why)
 
     def _check_schedule(self, name: str, data: LevelData) -> None:
@@ -87,13 +87,7 @@ class RequestChecks(SessionState):
 
     def _lengths_text(self) -> str:
         """The workload's lengths in words, e.g. '128 in / 64 out tokens'."""
-        w = self.profile.workload
-        if w.prompts in ("dataset", "multi-turn"):
-            turns = " turns" if w.prompts == "multi-turn" else ""
-            return f"{w.dataset}{turns}, at most {w.input_len} in / {w.output_len} out tokens"
-        spread = f" ±{w.range_ratio:.0%}" if w.range_ratio else ""
-        shared = f", {w.prefix_len} shared" if w.prefix_len else ""
-        return f"{w.input_len}{spread} in{shared} / {w.output_len}{spread} out tokens"
+        return self.prompt_source.kind.lengths(self.profile.workload)
 
     def _rate(self, tally: Tally) -> str:
         """The phase's rate so far: tokens a second where every request streams exactly
@@ -102,9 +96,8 @@ class RequestChecks(SessionState):
         if elapsed <= 0 or not tally.done:
             return ""
         w = self.profile.workload
-        fixed = w.prompts in ("random", "shared-prefix") and not w.range_ratio
-        if "ignore_eos" in self.completion_extras and fixed:
-            return f"≈{tally.done * self.profile.workload.output_len / elapsed:.0f} tok/s"
+        if "ignore_eos" in self.completion_extras and self.prompt_source.kind.one_length(w):
+            return f"≈{tally.done * w.output_len / elapsed:.0f} tok/s"
         return f"{tally.done / elapsed:.2f} req/s"
 
     def after_run(

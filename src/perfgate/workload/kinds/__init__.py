@@ -65,6 +65,17 @@ class PromptKind:
         """``draw.count`` prompts for the level run: the same for the same seed."""
         raise NotImplementedError
 
+    def one_length(self, workload: WorkloadSpec) -> bool:
+        """Whether every request asks for ``output_len`` tokens (else lengths vary by
+        request, and no one length is there to check outputs against)."""
+        return not workload.range_ratio
+
+    def lengths(self, workload: WorkloadSpec) -> str:
+        """The lengths in words, for progress lines: '128 in / 64 out tokens'."""
+        spread = f" ±{workload.range_ratio:.0%}" if workload.range_ratio else ""
+        shared = f", {workload.prefix_len} shared" if workload.prefix_len else ""
+        return f"{workload.input_len}{spread} in{shared} / {workload.output_len}{spread} out tokens"
+
 
 KINDS: dict[str, PromptKind] = {}
 
@@ -78,8 +89,9 @@ def register(kind: PromptKind) -> PromptKind:
 
 def prompt_kind(name: str) -> PromptKind:
     """The kind a profile's ``workload.prompts`` names (every module here is looked at)."""
-    for module in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{module.name}")
+    if name not in KINDS:
+        for module in pkgutil.iter_modules(__path__):
+            importlib.import_module(f"{__name__}.{module.name}")
     try:
         return KINDS[name]
     except KeyError:

@@ -4,6 +4,7 @@ lengths (each at most the workload's lengths)."""
 from __future__ import annotations
 
 from perfgate.errors import WorkloadError
+from perfgate.profile import WorkloadSpec
 from perfgate.workload.conversations import dataset_prompts
 from perfgate.workload.dataset import Conversation, load_conversations
 from perfgate.workload.kinds import Draw, PromptKind, register
@@ -27,6 +28,13 @@ class DatasetPrompts(PromptKind):
     """One prompt a request, from the dataset."""
 
     names = ("dataset",)
+
+    def one_length(self, workload: WorkloadSpec) -> bool:
+        return False  # each reply's own length, at most output_len
+
+    def lengths(self, workload: WorkloadSpec) -> str:
+        w = workload
+        return f"{w.dataset}, at most {w.input_len} in / {w.output_len} out tokens"
 
     def draw(self, draw: Draw) -> list[Prompt]:
         w = draw.workload
