@@ -26,6 +26,7 @@ from perfgate.diagnose.changes import (
     unknown_facts,
 )
 from perfgate.diagnose.logs import matching_log_lines
+from perfgate.diagnose.server import server_causes
 from perfgate.engines import Fact
 from perfgate.gate.verdict import Check
 
@@ -302,6 +303,7 @@ def likely_causes(
         causes += _absolute_causes(new, old)
     if (idle := new.get("gpu_idle_while_flat")) is not None:  # measured now: always a cause
         causes.append(Cause(64, str(idle.value)))
+    causes += [Cause(score, text) for score, text in server_causes(new, old)]
     seen: set[str] = set()
     ranked = []
     for cause in sorted(causes, key=lambda c: -c.score):

@@ -8,6 +8,10 @@ from dataclasses import dataclass
 
 from perfgate.engines import Fact
 
+# Facts of the server's own metrics per level (diagnose.server): causes, not changes.
+SERVER_FACTS = "server."
+
+
 # Relative change under which a measured (noisy) number is "the same".
 MEASURED_TOLERANCE = 0.15
 
@@ -90,6 +94,8 @@ def fact_changes(old: Mapping[str, Fact], new: Mapping[str, Fact]) -> list[FactC
         a, b = old.get(key), new.get(key)
         if key.startswith("log_") and (a is None or b is None):
             continue  # periodic log figures come and go with timing
+        if key.startswith(SERVER_FACTS):
+            continue  # the server's per-level figures: ranked as causes (diagnose.server)
         if b is None:
             if a is not None and _known_absent(a, new):
                 changes.append(FactChange(key, a, b))
@@ -105,5 +111,5 @@ def unknown_facts(old: Mapping[str, Fact], new: Mapping[str, Fact]) -> list[str]
     return sorted(
         key
         for key in old.keys() - new.keys()
-        if not key.startswith("log_") and not _known_absent(old[key], new)
+        if not key.startswith(("log_", SERVER_FACTS)) and not _known_absent(old[key], new)
     )

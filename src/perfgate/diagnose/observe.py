@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 
 from perfgate.diagnose.measured import gpu_facts, spec_facts
-from perfgate.engines import Engine, Fact, Facts, SpecCounters
+from perfgate.diagnose.server import server_facts
+from perfgate.engines import Engine, Fact, Facts, SpecCounters, parse_spec_counters
 from perfgate.launch import Backend
 from perfgate.measure.data import Measurement
 from perfgate.measure.metrics import LevelMetrics, SpecStats
@@ -27,19 +28,22 @@ class SpecWindow:
         self.headers = headers  # the server's API key and extra headers
         self.before: SpecCounters | None = None
 
-    def _read(self) -> SpecCounters | None:
-        if self.engine.metrics_path is None:
+    def _read(self, text: str | None) -> SpecCounters | None:
+        if self.engine.metrics_path is None or self.engine.spec_prefix is None:
             return None
+        if text is not None:  # read already (the server-metrics sampler's read)
+            return parse_spec_counters(text, self.engine.spec_prefix)
         with httpx.Client(base_url=self.base_url, timeout=10.0, headers=self.headers) as c:
             return self.engine.spec_counters(c)
 
-    def open(self) -> None:
-        """Read the counters as measured requests start."""
-        self.before = self._read()
+    def open(self, text: str | None = None) -> None:
+        """Read the counters as measured requests start (from ``text``, the server's
+        metrics just read, where given)."""
+        self.before = self._read(text)
 
-    def close(self) -> SpecStats | None:
+    def close(self, text: str | None = None) -> SpecStats | None:
         """Counts since ``open`` (None where the server exposes no spec counters)."""
-        after = self._read()
+        after = self._read(text)
         if after is None or self.before is None:
             return None
         delta = after.minus(self.before)
@@ -82,6 +86,7 @@ def read_facts(
         facts.update(engine.log_facts(log))
     facts.update(spec_facts(measurements.values()))
     facts.update(gpu_facts(measurements))
+    facts.update(server_facts(measurements))
     return facts
 
 

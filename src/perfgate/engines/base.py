@@ -6,7 +6,7 @@ import importlib
 import importlib.util
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -15,6 +15,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field
 
+from perfgate.engines.server_metrics import MetricMap
 from perfgate.errors import EngineUnavailable
 from perfgate.profile import ArgValue, ModelSpec, Profile, is_secret_name, redact_text
 
@@ -327,6 +328,7 @@ class Engine:
     log_patterns: ClassVar[tuple[LogPattern, ...]] = ()
     flag_facts: ClassVar[dict[str, str]] = {}  # command-line flag → fact key
     log_grep: ClassVar[str] = DIAGNOSIS_GREP
+    metric_map: ClassVar[MetricMap] = MetricMap()  # /metrics names of the vocabulary
 
     def prepare_model(self, profile: Profile) -> str:
         """The local path of the weights the server loads (converted where the engine
@@ -376,6 +378,15 @@ class Engine:
         if response.status_code != 200:
             return None
         return parse_spec_counters(response.text, self.spec_prefix)
+
+    def metrics_hint(self) -> str:
+        """How to turn the server's /metrics on, for a note when it answers none."""
+        return ""
+
+    def prefix_counts(self, timings: Iterable[Mapping[str, Any]]) -> tuple[float, float] | None:
+        """(hits, queries) of the prefix cache over requests, from the timings each response
+        reported, for an engine whose /metrics has no such counters (None: not reported)."""
+        return None
 
     def deterministic_extras(self) -> dict[str, Any]:
         """Request fields that make greedy output reproducible (no reuse of cached state)."""

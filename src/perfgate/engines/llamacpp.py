@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -20,6 +21,7 @@ from perfgate.engines.base import (
     log_pattern,
     server_argv,
 )
+from perfgate.engines.server_metrics import MetricMap
 from perfgate.errors import EngineUnavailable
 from perfgate.profile import Profile
 
@@ -197,6 +199,22 @@ class LlamaCpp(Engine):
     reasoning_fields: tuple[str, ...] = ("reasoning_content",)
     metrics_path: str | None = "/metrics"  # needs --metrics
     spec_prefix: str | None = "llamacpp:spec_decode_"
+    metric_map: ClassVar[MetricMap] = MetricMap(
+        {  # with --metrics
+            "running": ("llamacpp:requests_processing",),
+            "waiting": ("llamacpp:requests_deferred",),  # no free slot yet
+            "kv_usage": ("llamacpp:kv_cache_usage_ratio",),  # gone from newer builds
+            "server_generated_tokens": ("llamacpp:tokens_predicted_total",),
+            # prompt_tokens_total counts the tokens evaluated, not those the cache held;
+            # builds without the cached counter: each response's timings (prefix_counts)
+            "prefix_hits": ("llamacpp:prompt_tokens_cached_total",),
+            "prefix_queries": ("llamacpp:prompt_tokens_total+llamacpp:prompt_tokens_cached_total",),
+        },
+        notes={
+            "preemptions": "llama.cpp preempts nothing: a request waits for a free slot",
+            "kv_usage": "newer llama-server builds report no KV-cache use on /metrics",
+        },
+    )
     log_patterns: ClassVar[tuple[LogPattern, ...]] = LLAMACPP_LOG
     flag_facts: ClassVar[dict[str, str]] = LLAMACPP_FLAGS
     log_grep: ClassVar[str] = (
@@ -211,8 +229,20 @@ class LlamaCpp(Engine):
         argv = server_argv(program, ["--model", model], "--alias", profile, host, port, model)
         return argv + amx_workaround(profile, argv)
 
+    def metrics_hint(self) -> str:
+        return "; start llama-server with --metrics (args: metrics = true)"
+
     def tokenize_body(self, text: str, model: str) -> dict[str, Any]:
         return {"content": text, "add_special": True}
+
+    def prefix_counts(self, timings: Iterable[Mapping[str, Any]]) -> tuple[float, float] | None:
+        hits = queries = 0.0
+        seen = False
+        for t in timings:
+            cached, evaluated = t.get("cache_n"), t.get("prompt_n")
+            if isinstance(cached, int | float) and isinstance(evaluated, int | float):
+                hits, queries, seen = hits + cached, queries + cached + evaluated, True
+        return (hits, queries) if seen else None
 
     def chat_tokenize_body(
         self, client: httpx.Client, text: str, model: str

@@ -24,6 +24,7 @@ from perfgate.engines.base import (
     log_pattern,
     server_argv,
 )
+from perfgate.engines.server_metrics import MetricMap
 from perfgate.profile import Profile
 
 _ARG = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|\{[^}]*\}|[^,()]+)")
@@ -152,6 +153,23 @@ class SGLang(Engine):
     reasoning_fields: tuple[str, ...] = ("reasoning_content",)
     metrics_path: str | None = "/metrics"  # needs --enable-metrics
     spec_prefix: str | None = None
+    metric_map: ClassVar[MetricMap] = MetricMap(
+        {  # with --enable-metrics; "sglang_" is how some exporters respell "sglang:"
+            word: (f"sglang:{name}", f"sglang_{name}")
+            for word, name in (
+                ("running", "num_running_reqs"),
+                ("waiting", "num_queue_reqs"),
+                ("kv_usage", "token_usage"),
+                ("prefix_hits", "cached_tokens_total"),
+                ("prefix_queries", "prompt_tokens_total"),
+                ("server_generated_tokens", "generation_tokens_total"),
+            )
+        },
+        notes={
+            "preemptions": "SGLang counts no preemptions: it shows retracted requests only as "
+            "a gauge (num_retracted_reqs)",
+        },
+    )
     log_patterns: ClassVar[tuple[LogPattern, ...]] = SGLANG_LOG
 
     def launch_command(
@@ -161,6 +179,9 @@ class SGLang(Engine):
         program = profile.server.command or [sys.executable, "-m", "sglang.launch_server"]
         model_args = ["--model-path", model]
         return server_argv(program, model_args, "--served-model-name", profile, host, port, model)
+
+    def metrics_hint(self) -> str:
+        return "; start SGLang with --enable-metrics"
 
     def server_info(self, client: httpx.Client) -> dict[str, Any]:
         """/server_info (older releases: /get_server_info), or {}."""

@@ -29,6 +29,7 @@ from perfgate.engines.base import (
     resolve_model_path,
     server_argv,
 )
+from perfgate.engines.server_metrics import MetricMap
 from perfgate.errors import EngineUnavailable
 from perfgate.profile import Profile
 
@@ -277,6 +278,20 @@ class VLLM(Engine):
     reasoning_fields: tuple[str, ...] = ("reasoning", "reasoning_content")
     metrics_path: str | None = "/metrics"
     spec_prefix: str | None = "vllm:spec_decode_"
+    metric_map: ClassVar[MetricMap] = MetricMap(
+        {  # V1 names (vllm/v1/metrics/loggers.py); the older spelling second
+            "running": ("vllm:num_requests_running",),
+            "waiting": ("vllm:num_requests_waiting",),
+            "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+            "preemptions": ("vllm:num_preemptions_total",),
+            "prefix_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+            "prefix_queries": (
+                "vllm:prefix_cache_queries_total",
+                "vllm:gpu_prefix_cache_queries_total",
+            ),
+            "server_generated_tokens": ("vllm:generation_tokens_total",),
+        }
+    )
     log_patterns: ClassVar[tuple[LogPattern, ...]] = VLLM_LOG
 
     def prepare_model(self, profile: Profile) -> str:

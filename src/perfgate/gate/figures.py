@@ -22,6 +22,17 @@ the run's value over its successful requests:
   levels (``[slo]``), and their output tokens per second; chosen whenever a profile sets
   service levels.
 
+The server's own view of the run (``/metrics`` sampled through the level,
+:mod:`perfgate.measure.server`; chosen like the ones above):
+
+- ``server_waiting_mean``, ``server_waiting_peak``: requests queued in the server (not yet
+  running), mean and largest over the samples; ``server_kv_peak``: the largest share of
+  its KV cache in use; ``server_preemptions``: requests preempted during the level;
+  ``server_prefix_hit_rate``: prompt tokens the prefix cache held, of those looked up;
+  ``server_tok_s``: the server's own count of generated tokens per second. Counts (queue,
+  preemptions) are judged as count + 1 on the gate's log scale (``Figure.shift``), so a
+  baseline of 0 still has a limit; their Δ% is of count + 1.
+
 Figures of a whole measurement (no level), one value per capacity search
 (:data:`SEARCH_FIGURES`, key ``<measurement>.<figure>``):
 
@@ -49,6 +60,7 @@ from dataclasses import dataclass
 
 from perfgate.measure.data import CapacitySearch, LevelData
 from perfgate.measure.metrics import Distribution, LevelMetrics
+from perfgate.measure.server import ServerSeries
 from perfgate.stats.estimate import Direction
 
 
@@ -73,6 +85,9 @@ class Figure:
     decimals: int | None = None
     percent: bool = False
     sparse: bool = False
+    # a count that is often 0 (queue, preemptions): the gate compares count + shift on its
+    # log scale, so a baseline of 0 still has a limit; every table shows the count itself
+    shift: float = 0.0
 
     def run_values(self, runs: Iterable[LevelData]) -> list[float]:
         """One value per run that produced this figure."""
@@ -236,6 +251,99 @@ SLO_FIGURES: tuple[Figure, ...] = (
 )
 
 
+def _server(read: Callable[[ServerSeries], float | None]) -> Callable[[LevelData], float | None]:
+    def value(run: LevelData) -> float | None:
+        return read(run.server) if run.server is not None else None
+
+    return value
+
+
+NO_SERVER = (
+    "the server's metrics gave no such value at this level (server.metrics_interval_s = 0, "
+    "/metrics off, or the engine does not report it)"
+)
+
+
+SERVER_FIGURES: tuple[Figure, ...] = (
+    Figure(
+        "server_waiting_mean",
+        "Queue mean",
+        "requests",
+        "lower",
+        0.1,
+        NO_SERVER,
+        _server(lambda s: s.mean("waiting")),
+        chosen=True,
+        decimals=1,
+        width=10,
+        shift=1.0,
+    ),
+    Figure(
+        "server_waiting_peak",
+        "Queue peak",
+        "requests",
+        "lower",
+        0.1,
+        NO_SERVER,
+        _server(lambda s: s.peak("waiting")),
+        chosen=True,
+        decimals=0,
+        width=10,
+        shift=1.0,
+    ),
+    Figure(
+        "server_kv_peak",
+        "KV peak",
+        "",
+        "lower",
+        0.05,
+        NO_SERVER,
+        _server(lambda s: s.peak("kv_usage")),
+        chosen=True,
+        decimals=1,
+        width=8,
+        percent=True,
+    ),
+    Figure(
+        "server_preemptions",
+        "Preempted",
+        "requests",
+        "lower",
+        0.1,
+        NO_SERVER,
+        _server(lambda s: s.preemptions),
+        chosen=True,
+        decimals=0,
+        width=9,
+        shift=1.0,
+    ),
+    Figure(
+        "server_prefix_hit_rate",
+        "Prefix hit%",
+        "",
+        "higher",
+        0.05,
+        NO_SERVER,
+        _server(lambda s: s.prefix_hit_rate),
+        chosen=True,
+        decimals=1,
+        width=11,
+        percent=True,
+    ),
+    Figure(
+        "server_tok_s",
+        "Server tok/s",
+        "tok/s",
+        "higher",
+        0.02,
+        NO_SERVER,
+        _server(lambda s: s.tok_s),
+        chosen=True,
+        width=12,
+    ),
+)
+
+
 CHOSEN: list[Figure] = [
     *(
         Figure(
@@ -264,6 +372,7 @@ CHOSEN: list[Figure] = [
         chosen=True,
     ),
     *SLO_FIGURES,
+    *SERVER_FIGURES,
 ]
 
 

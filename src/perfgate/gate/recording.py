@@ -64,8 +64,10 @@ def build_baseline(
     scale: it is left out, and listed, and its kind's noise comes from the other levels.
     """
     values = {k: v for k, v in values.items() if parse_key(k).figure.recorded}
-    left_out = {k: v for k, v in values.items() if min(v) <= 0}
-    values = {k: v for k, v in values.items() if k not in left_out}
+    # counts (Figure.shift) live on the gate's log scale as count + shift
+    shift = {k: parse_key(k).figure.shift for k in values}
+    left_out = {k: v for k, v in values.items() if min(v) + shift[k] <= 0}
+    values = {k: [x + shift[k] for x in v] for k, v in values.items() if k not in left_out}
     noise = kind_noise(values)
     kept = sorted(previous.metrics.keys() - values.keys() - left_out.keys()) if previous else []
     family = Rule(
@@ -108,8 +110,8 @@ def build_baseline(
                 f"{key}: one run gives no noise to derive a tolerance from; record with "
                 "at least 3 repeats"
             )
-        value = round(estimate(runs).median, 6)
-        host_sigma, host_df = merged_host_spread(old, value, moved)
+        value = round(estimate(runs).median - shift[key], 6)
+        host_sigma, host_df = merged_host_spread(old, value, moved, shift[key])
         metrics[key] = Expectation(
             value=value,
             tolerance=tol,
@@ -153,18 +155,18 @@ def build_baseline(
 
 
 def merged_host_spread(
-    old: Expectation | None, value: float, moved: bool
+    old: Expectation | None, value: float, moved: bool, shift: float = 0.0
 ) -> tuple[float | None, float | None]:
     """A figure's spread between hosts after recording ``value``: with the previous
     recording (``old``) on another host, their log ratio d is one host-to-host difference,
     of variance 2 sigma^2, pooled with those before it: (df sigma^2 + d^2 / 2) / (df + 1).
     On the same host the previous spread is kept. (Within-host noise is in d too: the
-    estimate errs wide, never narrow.)"""
+    estimate errs wide, never narrow.) A count compares as count + ``shift``."""
     if old is None:
         return None, None
     if not moved or not old.runs:  # same host, or a hand-set target: nothing between hosts
         return old.host_sigma, old.host_df
-    d = math.log(value / old.value)
+    d = math.log((value + shift) / (old.value + shift))
     df = old.host_df or 0.0
     variance = (df * (old.host_sigma or 0.0) ** 2 + d * d / 2) / (df + 1)
     return round(math.sqrt(variance), 6), df + 1

@@ -57,7 +57,7 @@ class Check(BaseModel):
             base = f" (baseline {self.baseline:.4g}{unit})" if self.baseline is not None else ""
             return f"{self.key}: MISSING{base}: {self.why}"
         measured = f"measured {self.measured:.4g}{unit} [{self.interval}]"
-        if self.baseline is None or self.delta_pct is None or self.limit is None:
+        if self.baseline is None or self.limit is None:
             return f"{self.key}: {measured} (no baseline figure)"
         better = "higher" if self.direction == "higher" else "lower"
         bound = "min" if self.direction == "higher" else "max"
@@ -108,7 +108,36 @@ def compare(
 ) -> tuple[Check, bool]:
     """Judge one figure's per-run values; also says whether more runs are wanted.
     ``another_host``: the baseline was recorded on another host than these runs, so
-    the spread between hosts adds to the noise (:attr:`Expectation.between_hosts`)."""
+    the spread between hosts adds to the noise (:attr:`Expectation.between_hosts`).
+    A count (:attr:`Figure.shift`) is judged as count + shift on the gate's log scale, so
+    a baseline of 0 (no queue, no preemption) still has a limit; the check shows counts."""
+    shift = parse_key(key).figure.shift
+    if not shift:
+        return _compare(key, values, expectation, rule, another_host)
+    if expectation is not None:
+        expectation = expectation.model_copy(
+            update={
+                "value": expectation.value + shift,
+                "floor": None if expectation.floor is None else expectation.floor + shift,
+                "ceiling": None if expectation.ceiling is None else expectation.ceiling + shift,
+            }
+        )
+    check, more = _compare(key, [v + shift for v in values], expectation, rule, another_host)
+    shown = {
+        name: value - shift
+        for name in ("measured", "low", "high", "baseline", "limit")
+        if (value := getattr(check, name)) is not None
+    }
+    return check.model_copy(update=shown), more
+
+
+def _compare(
+    key: str,
+    values: list[float],
+    expectation: Expectation | None,
+    rule: Rule,
+    another_host: bool,
+) -> tuple[Check, bool]:
     figure = parse_key(key).figure
     if expectation is None:
         est = estimate(values)

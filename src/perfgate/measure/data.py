@@ -15,6 +15,7 @@ from perfgate.client import RequestRecord
 from perfgate.client.monitor import HarnessStats
 from perfgate.load.level import LevelRun
 from perfgate.measure.metrics import Goodput, LevelMetrics, SpecStats, goodput, level_metrics
+from perfgate.measure.server import ServerSeries
 from perfgate.measure.telemetry import GpuTelemetry
 from perfgate.profile import Slo
 
@@ -81,6 +82,9 @@ class LevelData(BaseModel):
     gpu: GpuTelemetry | None = Field(
         None, description="The host's GPUs during the measured requests (NVML), when read."
     )
+    server: ServerSeries | None = Field(
+        None, description="The server's own metrics during the measured requests, when read."
+    )
 
     @property
     def level(self) -> int | float:
@@ -107,6 +111,7 @@ class LevelData(BaseModel):
         spec: SpecStats | None = None,
         slo: Slo | None = None,
         gpu: GpuTelemetry | None = None,
+        server: ServerSeries | None = None,
     ) -> LevelData:
         """Keep a level's raw records (token times to the microsecond) with its metrics
         (and its goodput, given service levels)."""
@@ -125,6 +130,7 @@ class LevelData(BaseModel):
             harness=level.harness,
             rate=level.rate,
             gpu=gpu,
+            server=server,
         )
 
     def recomputed(self) -> LevelMetrics:

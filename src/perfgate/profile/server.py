@@ -44,6 +44,13 @@ class ServerSpec(Strict):
         "the model's path and {profile_dir} the profile file's directory.",
     )
     extra_args: list[str] = Field(default_factory=list, description="Raw trailing arguments.")
+    metrics_interval_s: float = Field(
+        0.5,
+        ge=0,
+        description="How often the server's /metrics is read during a measured level (queue, "
+        "running requests, KV-cache use); its counters are read at the level's start and end. "
+        "0: not read (speculative counters still are).",
+    )
     command: list[str] | None = Field(
         None,
         description='The program that starts the engine, e.g. ["vllm", "serve"] or '

@@ -8,7 +8,15 @@ import io
 from collections.abc import Collection, Mapping
 
 from perfgate.gate.baseline import Baseline
-from perfgate.gate.figures import CHOSEN, FIGURES, Figure, delta_pct, delta_text, number_cell
+from perfgate.gate.figures import (
+    CHOSEN,
+    FIGURES,
+    SERVER_FIGURES,
+    Figure,
+    delta_pct,
+    delta_text,
+    number_cell,
+)
 from perfgate.gate.values import figure_key, parse_key, search_values
 from perfgate.measure.data import LevelData, Measurement
 from perfgate.results.run import RunRecord
@@ -121,6 +129,45 @@ def gpu_table(data: Measurement) -> str:
         lines.append(
             f"{c:>4g} | {_fmt(util, 9, 1)} | {_fmt(memory, 9, 0)} | {_fmt(power, 8, 1)} | "
             f"{_fmt(clock, 7, 0)} | {_fmt(joules, 7, 3)}"
+        )
+    return "\n".join(lines)
+
+
+def server_table(data: Measurement) -> str:
+    """One row per level whose runs read the server's metrics: its queue (mean, peak),
+    requests running at most, KV cache at its fullest, preemptions, prefix-cache hit rate
+    and own token rate (the server figures, medians over the runs), its count of generated
+    tokens against the client's, and the sampler's own CPU share ('' when no level did)."""
+    levels = {c: runs for c, runs in data.by_concurrency().items() if any(r.server for r in runs)}
+    if not levels:
+        return ""
+    figures = list(SERVER_FIGURES)
+    header = (
+        f"{_level_title(data):>4} | "
+        + " | ".join(f"{f.title:>{f.width}}" for f in figures[:2])
+        + f" | {'Running':>7} | "
+        + " | ".join(f"{f.title:>{f.width}}" for f in figures[2:])
+        + f" | {'Server/client tok':>17} | {'Samples':>7} | {'Sampler CPU':>11}"
+    )
+    lines = [header, "-" * len(header)]
+    for c in sorted(levels):
+        runs = levels[c]
+        series = [r.server for r in runs if r.server is not None]
+        cells = [f.cell(_known_median([f.value(r) for r in runs])) for f in figures]
+        running = _known_median([s.peak("running") for s in series])
+        server = [s.generated_tokens for s in series]
+        client = sum(r.metrics.output_tokens for r in runs if r.server is not None)
+        tokens = (
+            f"{sum(t or 0.0 for t in server):.0f}/{client}"
+            if all(t is not None for t in server)
+            else f"-/{client}"
+        )
+        cpu = _known_median([s.cpu_share() for s in series])
+        cpu_text = "-" if cpu is None else f"{cpu:.2%}"
+        lines.append(
+            f"{c:>4g} | {' | '.join(cells[:2])} | {_fmt(running, 7, 0)} | "
+            f"{' | '.join(cells[2:])} | {tokens:>17} | {sum(s.samples for s in series):>7} | "
+            f"{cpu_text:>11}"
         )
     return "\n".join(lines)
 
@@ -238,6 +285,8 @@ def render_table(
         lines += ["", extra]
     if gpus := gpu_table(data):
         lines += ["", gpus]
+    if server := server_table(data):
+        lines += ["", "the server's own metrics:", server]
     return "\n".join(lines)
 
 

@@ -12,9 +12,11 @@ from perfgate.correctness.twin import twin_greedy
 from perfgate.diagnose.causes import Diagnosis, diagnose
 from perfgate.diagnose.observe import read_facts, rejected_extras
 from perfgate.engines import Facts
+from perfgate.engines.server_metrics import VOCABULARY
 from perfgate.errors import BackendError, BaselineError
 from perfgate.gate.verdict import Check
 from perfgate.launch import AttachedBackend, Backend, launch
+from perfgate.measure.server import ServerSeries
 from perfgate.measure.telemetry import (
     SAMPLE_INTERVAL_S,
     GpuSampler,
@@ -94,6 +96,25 @@ class BackendControl(SessionState):
         if note not in self.run.notes:
             self.run.notes.append(note)
             self.progress(f"perfgate: {note}")
+
+    def server_metrics_note(self, note: str) -> None:
+        """Say once, in the output and the run JSON, something about the server's metrics."""
+        if note not in self.run.notes:
+            self.run.notes.append(note)
+            self.progress(f"perfgate: {note}")
+
+    def server_metrics_absent(self, series: ServerSeries) -> None:
+        """Say once which words of the server-metrics vocabulary this server did not
+        report (absent, never 0), and why where the engine knows."""
+        metric_map = self.engine.metric_map
+        absent = [w for w in VOCABULARY if w not in series.sources]
+        if not absent:
+            return
+        whys = sorted({metric_map.notes[w] for w in absent if w in metric_map.notes})
+        self.server_metrics_note(
+            f"server metrics not reported by {self.engine.name}: {', '.join(absent)} "
+            f"(absent, not 0)" + "".join(f"; {why}" for why in whys)
+        )
 
     def gpu_stopped(self, sampler: GpuSampler | SmiSampler | None) -> GpuTelemetry | None:
         """A level's GPU telemetry; a remote loop that gave no sample stops the sampling

@@ -1,14 +1,16 @@
-"""One measured window: what the engine's counters and the GPUs say over exactly the
-measured requests of a level run, read the same way for every measurement."""
+"""One measured window: what the engine's counters, its own metrics and the GPUs say over
+exactly the measured requests of a level run, read the same way for every measurement."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from perfgate.diagnose.observe import SpecWindow
 from perfgate.launch import Backend
 from perfgate.load.level import LevelRun
 from perfgate.measure.data import LevelData
+from perfgate.measure.server import ServerSampler, ServerSeries, http_fetch, token_gap
 
 if TYPE_CHECKING:
     from perfgate.run.session import PerfgateSession
@@ -17,33 +19,82 @@ if TYPE_CHECKING:
 class MeasuredWindow:
     """Opened when a level run's measured requests start, closed into its
     :class:`~perfgate.measure.data.LevelData` when they end: the speculative-decoding
-    counters' deltas and the GPU telemetry over that window, the output lengths checked."""
+    counters' deltas, the server's metrics (:mod:`perfgate.measure.server`) and the GPU
+    telemetry over that window, the output lengths and token counts checked."""
 
     def __init__(self, session: PerfgateSession, backend: Backend) -> None:
         self.session = session
         self.spec = SpecWindow(session.engine, backend.base_url, backend.headers)
         self.gpu = session.gpu_sampler()
+        self.server: ServerSampler | None = None
+        self._close_fetch: Callable[[], None] | None = None
+        engine, interval = session.engine, session.profile.server.metrics_interval_s
+        if engine.metrics_path and engine.metric_map.names and interval > 0:
+            fetch, self._close_fetch = http_fetch(
+                backend.base_url, engine.metrics_path, backend.headers
+            )
+            self.server = ServerSampler(fetch, engine.metric_map, interval)
 
     def open(self) -> None:
         """The measured requests start."""
-        self.spec.open()
+        text = None
+        if self.server is not None:
+            self.server.open()
+            text = self.server.last_text
+        self.spec.open(text)
         if self.gpu is not None:
             self.gpu.start()
 
     def close(self, run: LevelRun, repeat: int) -> LevelData:
         """The measured requests ended: the level run's data (its output lengths checked)."""
         session = self.session
+        server = self.server.close() if self.server is not None else None
+        spec = self.spec.close(self.server.last_text if self.server is not None else None)
+        if server is not None:
+            server = self._completed(server, run)
         data = LevelData.from_run(
             run,
             repeat,
-            spec=self.spec.close(),
+            spec=spec,
             slo=session.profile.slo,
             gpu=session.gpu_stopped(self.gpu),
+            server=server,
         )
         session._check_output_lengths(data)
+        if server is not None and (gap := token_gap(server, data.metrics)) is not None:
+            session.degraded(gap)
         return data
 
+    def _completed(self, series: ServerSeries, run: LevelRun) -> ServerSeries | None:
+        """The series with the prefix counts responses reported (where /metrics has none);
+        None, said once, where the server answered no read."""
+        session = self.session
+        if not series.samples:
+            session.server_metrics_note(
+                f"no server metrics: {session.engine.metrics_path} answered no read "
+                f"({series.failed_reads} tried){session.engine.metrics_hint()}"
+            )
+            self._drop_server()
+            return None
+        if series.delta("prefix_queries") is None:
+            timings = [r.server_timings for r in run.records if r.server_timings]
+            if (counts := session.engine.prefix_counts(timings)) is not None:
+                series.prefix_hits, series.prefix_queries = counts
+                series.sources["prefix_hits"] = "response timings (cache_n)"
+                series.sources["prefix_queries"] = "response timings (cache_n + prompt_n)"
+        session.server_metrics_absent(series)
+        return series
+
+    def _drop_server(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        if self._close_fetch is not None:
+            self._close_fetch()
+            self._close_fetch = None
+
     def stop(self) -> None:
-        """Interrupted mid-level: the GPU sampler's thread ends."""
+        """Interrupted mid-level, or done: the samplers' threads end."""
         if self.gpu is not None:
             self.gpu.stop()
+        self._drop_server()

@@ -13,16 +13,32 @@ from typing import Any
 
 from perfgate.sim.config import SimConfig
 from perfgate.sim.generation import BadRequest, parse_generation, text_of
-from perfgate.sim.http import HttpError, Request, error_response, json_response, read_request
+from perfgate.sim.http import (
+    HttpError,
+    Request,
+    error_response,
+    json_response,
+    read_request,
+    response,
+)
 from perfgate.sim.payloads import Api
 from perfgate.sim.records import SimRecord
 from perfgate.sim.responses import Responder
 
 GENERATE_PATHS: dict[str, Api] = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
-GET_PATHS = ("/health", "/v1/models", "/version", "/sim/records")
+GET_PATHS = ("/health", "/v1/models", "/version", "/metrics", "/sim/records")
 POST_PATHS = (*GENERATE_PATHS, "/tokenize", "/detokenize", "/sim/reset")
 VOCAB_LIMIT = 100_000  # words remembered for /detokenize
 VERSION = "perfgate-sim 0.1"
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+# Latency histograms of vLLM's size (buckets x families), so reading /metrics costs what a
+# real server's text costs to scan
+HISTOGRAMS = ("time_to_first_token_seconds", "inter_token_latency_seconds",
+              "e2e_request_latency_seconds", "request_queue_time_seconds",
+              "request_prefill_time_seconds", "request_decode_time_seconds",
+              "request_prompt_tokens", "request_generation_tokens")  # fmt: skip
+BUCKETS = tuple(0.001 * 2**i for i in range(24))
+KV_SLOTS = 64  # the simulated KV cache holds this many requests
 
 
 class SimServer(Responder):
@@ -108,6 +124,10 @@ class SimServer(Responder):
         if method != ("GET" if path in GET_PATHS else "POST"):
             writer.write(error_response(405, f"{method} not allowed on {path}", keep_alive=keep))
             return keep
+        if path == "/metrics":
+            body = self.metrics_text().encode()
+            writer.write(response(200, body, keep_alive=keep, content_type=PROMETHEUS_TEXT))
+            return keep
         if method == "GET":
             writer.write(json_response(200, self._get(path), keep_alive=keep))
             return keep
@@ -160,6 +180,33 @@ class SimServer(Responder):
             "now": perf_counter(),
             "records": [record.to_dict() for record in self.records],
         }
+
+    def metrics_text(self) -> str:
+        """Prometheus text in vLLM's V1 names: requests running (in flight; none ever
+        wait), KV-cache use (in flight of :data:`KV_SLOTS`), tokens generated, and
+        latency histograms of vLLM's size (empty: their cost is reading them)."""
+        label = f'{{engine="0",model_name="{self.config.model}"}}'
+        generated = sum(sum(r.tokens) for r in self.records)
+        lines = [
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running{label} {self.in_flight}",
+            "# TYPE vllm:num_requests_waiting gauge",
+            f"vllm:num_requests_waiting{label} 0",
+            "# TYPE vllm:kv_cache_usage_perc gauge",
+            f"vllm:kv_cache_usage_perc{label} {min(1.0, self.in_flight / KV_SLOTS)}",
+            "# TYPE vllm:num_preemptions_total counter",
+            f"vllm:num_preemptions_total{label} 0",
+            "# TYPE vllm:generation_tokens_total counter",
+            f"vllm:generation_tokens_total{label} {generated}",
+        ]
+        for name in HISTOGRAMS:
+            lines.append(f"# TYPE vllm:{name} histogram")
+            lines += [
+                f'vllm:{name}_bucket{{engine="0",le="{b:g}",model_name="{self.config.model}"}} 0'
+                for b in BUCKETS
+            ]
+            lines += [f"vllm:{name}_count{label} 0", f"vllm:{name}_sum{label} 0.0"]
+        return "\n".join(lines) + "\n"
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
         if path == "/sim/reset":

@@ -241,6 +241,59 @@ def _vs_baseline(
     return _save(plt, fig, path)
 
 
+def _server(plt: Any, run: RunRecord, path: Path) -> Path | None:
+    """The server's queue (waiting, running) and KV-cache use through each level run, level
+    runs one after another in measured order (None: no level read the server's metrics)."""
+    runs = [(name, lv) for name, m in run.measurements.items() for lv in m.levels if lv.server]
+    if not runs:
+        return None
+    fig, (queue, kv) = plt.subplots(2, 1, figsize=SIZE, layout="constrained", sharex=True)
+    offset = 0.0
+    drawn: set[str] = set()
+    for name, lv in runs:
+        series = lv.server
+        assert series is not None
+        times = [offset + t / 1000 for t in series.t_ms]
+        for ax, word, color, scale in (
+            (queue, "waiting", "C3", 1.0),
+            (queue, "running", "C0", 1.0),
+            (kv, "kv_usage", "C2", 100.0),
+        ):
+            values = series.gauges.get(word)
+            if not values:
+                continue
+            shown = [None if v is None else v * scale for v in values]
+            label = None if word in drawn else f"{word} ({series.sources.get(word, word)})"
+            drawn.add(word)
+            ax.step(times, shown, where="post", color=color, label=label)
+        for ax in (queue, kv):
+            ax.axvline(offset, color="0.8", linewidth=0.8, linestyle=":")
+        level = f"C={lv.concurrency}" if lv.rate is None else f"{lv.rate:g}/s"
+        queue.annotate(
+            f"{name} {level} r{lv.repeat + 1}",
+            (offset, 1.0),
+            xycoords=("data", "axes fraction"),
+            fontsize=7,
+            rotation=90,
+            va="top",
+            ha="right",
+            color="0.4",
+        )
+        offset = times[-1] + max(series.interval_s, 0.5) if times else offset
+    queue.set_ylabel("requests")
+    queue.set_ylim(bottom=0)
+    kv.set_ylabel("KV cache in use (%)")
+    kv.set_ylim(0, 105)
+    kv.set_xlabel("seconds of measured requests, level runs one after another")
+    if not drawn:
+        _empty_note(queue, "the server reported no queue or KV-cache gauge")
+    for ax in (queue, kv):
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper left", fontsize=8)
+    _suptitle(fig, "The server's queue and KV cache through each level", run)
+    return _save(plt, fig, path)
+
+
 def not_by_concurrency(run: RunRecord) -> set[str]:
     """The run's measurements not drawn against concurrency: open-loop ones (request
     rates) and capacity searches, told by their data or by their checks' parsed levels."""
@@ -284,6 +337,8 @@ def render_run_plots(
         _latency(plt, run, measurements, out_dir / f"{stem}.latency.png"),
         _distribution(plt, run, measurements, out_dir / f"{stem}.distribution.png"),
     ]
+    if (server := _server(plt, run, out_dir / f"{stem}.server.png")) is not None:
+        written.append(server)
     if baseline_run is not None:
         path = out_dir / f"{stem}.vs-baseline.png"
         written.append(_vs_baseline(plt, run, measurements, baseline_run, path))
