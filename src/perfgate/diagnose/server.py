@@ -1,7 +1,8 @@
 """What the server said about itself, as facts and causes: its queue, running requests,
-KV-cache use, preemptions and prefix-cache hits at each level (:mod:`perfgate.measure.server`),
-kept as facts (``server.<measurement>.<level>.<word>``) so a baseline holds them too, and
-ranked as causes against the baseline's:
+KV-cache use, preemptions and prefix-cache hits at each level
+(:mod:`perfgate.measure.server`), kept as facts (``server.<measurement>.<level tag>.<word>``,
+e.g. ``server.sweep.c4.kv_peak``) so a baseline holds them too, and ranked as causes
+against the baseline's:
 
 - preemptions at a level where the baseline had none: the KV cache is too small;
 - the prefix-cache hit rate far under the baseline's: prefix caching off or evicted;
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from perfgate.diagnose.changes import SERVER_FACTS
 from perfgate.engines import Fact, Facts
-from perfgate.gate.values import level_name
+from perfgate.gate.values import level_tag
 from perfgate.measure.data import Measurement
 from perfgate.measure.server import ServerSeries
 from perfgate.stats.distributions import median
@@ -55,7 +56,7 @@ def server_facts(measurements: Mapping[str, Measurement]) -> Facts:
                 if not values:
                     continue
                 source = series[-1].sources.get(word, word)
-                facts[f"{PREFIX}{name}.{level_name(level)}.{fact}"] = Fact(
+                facts[f"{PREFIX}{name}.{level_tag(level)}.{fact}"] = Fact(
                     value=round(median(values), 4),
                     source="measured",
                     evidence=f"{source}, median of {len(values)} runs",
@@ -80,7 +81,7 @@ class _Level:
 
     @property
     def where(self) -> str:
-        shown = f"C={self.level[1:]}" if self.in_flight is not None else self.level
+        shown = f"C={self.level[1:]}" if self.in_flight is not None else f"{self.level[1:]} req/s"
         return f"{self.measurement} {shown}"
 
 
@@ -90,7 +91,8 @@ def _levels(new: Mapping[str, Fact], old: Mapping[str, Fact]) -> list[_Level]:
         for key, fact in facts.items():
             if not key.startswith(PREFIX) or not isinstance(fact.value, int | float):
                 continue
-            measurement, level, word = key[len(PREFIX) :].rsplit(".", 2)
+            measurement, rest = key[len(PREFIX) :].split(".", 1)
+            level, word = rest.rsplit(".", 1)
             entry = grouped.setdefault((measurement, level), _Level(measurement, level, {}, {}, {}))
             getattr(entry, side)[word] = float(fact.value)
             if side == "now" and fact.evidence:
@@ -163,7 +165,7 @@ def server_causes(new: Mapping[str, Fact], old: Mapping[str, Fact]) -> list[tupl
             )
         causes.append(
             (
-                84,
+                65,  # under a changed slot count (66), which this queue is the evidence of
                 f"waiting up to {lv.now['waiting_peak']:.0f} (mean "
                 f"{lv.now.get('waiting_mean', 0):.1f}) while running at most "
                 f"{lv.now['running_peak']:.0f} at {lv.where}{base}: fewer slots (-np, "

@@ -47,7 +47,11 @@ class Expectation(BaseModel):
     """One gated figure: the value to hold, how far it may drift, and the noise behind it."""
 
     model_config = ConfigDict(extra="forbid")
-    value: float = Field(gt=0, description="The baseline figure (median of the recorded runs).")
+    value: float = Field(
+        ge=0,
+        description="The baseline figure (median of the recorded runs); 0 only for a count "
+        "judged as count + 1 (a queue, preemptions).",
+    )
     tolerance: float = Field(
         ge=0, lt=MAX_TOLERANCE, description="Allowed relative drift (0.1 = 10%)."
     )
@@ -140,8 +144,13 @@ class Baseline(BaseModel):
     def _known_metrics(cls, metrics: dict[str, Expectation]) -> dict[str, Expectation]:
         if not metrics:
             raise ValueError("a baseline needs at least one figure")
-        for key in metrics:
-            parse_key(key)
+        for key, exp in metrics.items():
+            figure = parse_key(key).figure  # an unknown figure is refused here
+            if exp.value <= 0 and not figure.shift:
+                raise ValueError(
+                    f"{key}: value {exp.value:g} has no place on the gate's log scale (only a "
+                    "count, such as server_preemptions, may be 0); record it again"
+                )
         return metrics
 
 
