@@ -578,6 +578,14 @@ def test_attached_server_with_one_slot_names_the_slots_first_and_no_unknown_fact
     assert re.search(r"sweep\.c4\.ttft_s: measured .* REGRESSED", out), out
     causes = out[out.index("likely causes, most likely first:") :].split("\n")
     assert causes[1].strip() == "1. parallel slots 1 (baseline 4)", out
+    # the server's own metrics say the same: requests deferred behind one busy slot
+    queue = re.search(
+        r"\d\. waiting up to [123] \(mean [\d.]+\) while running at most 1 at sweep C=4 "
+        r"\(baseline: waiting up to 0, running 4\): fewer slots .*llamacpp:requests_deferred",
+        out,
+    )
+    assert queue, out
+    assert "the server's own metrics:" in out, out
     listed = "\n".join(causes[1 : causes.index("facts that differ from the baseline:")])
     assert "(absent)" not in listed and "threads" not in listed, out
     unknown = next(ln for ln in out.splitlines() if ln.startswith("facts not known for this run"))

@@ -94,7 +94,7 @@ OTHER_WEIGHT = 20.0
 
 
 # On/off facts (False, "off", "0" is off).
-SWITCHES = ("cuda_graphs", "custom_all_reduce", "flash_attn", "flash_attn_active")
+SWITCHES = ("cuda_graphs", "custom_all_reduce", "flash_attn", "flash_attn_active", "cache_prompt")
 
 
 # Numeric facts where less is slower and more never explains a slowdown.

@@ -285,8 +285,10 @@ def _server(plt: Any, run: RunRecord, path: Path) -> Path | None:
     kv.set_ylabel("KV cache in use (%)")
     kv.set_ylim(0, 105)
     kv.set_xlabel("seconds of measured requests, level runs one after another")
-    if not drawn:
-        _empty_note(queue, "the server reported no queue or KV-cache gauge")
+    if not drawn & {"waiting", "running"}:
+        _empty_note(queue, "the server reported no queue gauge")
+    if "kv_usage" not in drawn:
+        _empty_note(kv, "the server reported no KV-cache use (see the run's notes)")
     for ax in (queue, kv):
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="upper left", fontsize=8)
