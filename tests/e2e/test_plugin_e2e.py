@@ -581,7 +581,8 @@ def test_attached_server_with_one_slot_names_the_slots_first_and_no_unknown_fact
     # the server's own metrics say the same: requests deferred behind one busy slot
     queue = re.search(
         r"\d\. waiting up to [123] \(mean [\d.]+\) while running at most 1 at sweep C=4 "
-        r"\(baseline: waiting up to 0, running 4\): fewer slots .*llamacpp:requests_deferred",
+        r"\(baseline: waiting up to 0, running 4\): every slot busy \(parallel slots \(-np\) 1 "
+        r"for 4 requests in flight\) \(llamacpp:requests_deferred\)",
         out,
     )
     assert queue, out

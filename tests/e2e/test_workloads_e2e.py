@@ -11,6 +11,7 @@ real llama.cpp server as users run it (`pytest -m perf --perf-profile ...`):
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from tests.helpers import TINY, profile_toml, run_pytest
@@ -51,6 +52,8 @@ SHARED = {
     "rounds = 1": "rounds = 3",
     # llama.cpp caches per slot: a warmup request per slot in flight primes each of them
     "warmup = 1": "warmup = 2",
+    # the server's own prefix-cache hit rate (llamacpp:prompt_tokens_cached_total), gated
+    "abort_below = 0.5 ": 'abort_below = 0.5 \nfigures = ["server_prefix_hit_rate"]\n# ',
 }
 
 
@@ -59,7 +62,9 @@ def test_prefix_cache_off_fails_the_shared_prefix_workload_on_ttft_and_goodput(t
     whole prefix is prefilled again, so TTFT fails at 3x or more its recording. Under a
     TTFT service level of three times the cached server's slowest TTFT (measured first, on
     this host), every cached request meets it and most uncached ones miss it: the share
-    that met it and goodput tok/s fail too, and the diagnosis names the cache."""
+    that met it and goodput tok/s fail too. The server's own prefix-cache hit rate, read
+    from llama-server's /metrics and chosen in ``gate.figures``, falls to 0 and fails, and
+    the diagnosis names it first, then the flag."""
     calibration = _sweep(
         profile_toml({**SHARED, **CACHE}, tmp_path),
         tmp_path / "calibration-baselines",
@@ -96,7 +101,16 @@ def test_prefix_cache_off_fails_the_shared_prefix_workload_on_ttft_and_goodput(t
     assert checks["sweep.c2.slo_met"]["verdict"] == "regressed", out
     assert checks["sweep.c2.goodput_tok_s"]["verdict"] == "regressed", out
     assert "SLO met" in out and "Goodput tok/s" in out  # the chosen figures' table
-    assert "prompt (prefix) cache" in out  # the diagnosis names the flag
+    hits = checks["sweep.c2.server_prefix_hit_rate"]
+    assert hits["verdict"] == "regressed" and hits["measured"] == 0.0, hits
+    assert hits["baseline"] > 0.5, hits  # 288 of 320 tokens cached, the first per slot not
+    causes = out[out.rindex("likely causes, most likely first:") :]
+    assert re.search(
+        r"1\. prefix-cache hit rate 0% at sweep C=2 \(baseline \d+%\): prompt \(prefix\) "
+        r"caching is off, or its cache evicted \(llamacpp:prompt_tokens_cached_total\)",
+        causes,
+    ), causes
+    assert "prompt (prefix) cache off" in causes  # the diagnosis names the flag too
 
 
 def test_spread_dataset_and_shared_prefix_lengths_are_exact_on_the_real_server(tmp_path):

@@ -4,6 +4,7 @@ attached to `vllm serve --api-key` with --perf-base-url."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -17,6 +18,7 @@ from tests.helpers import (
     ROOT,
     floor_baselines,
     owned_server_pids,
+    profile_server,
     require_vllm,
     run_pytest,
     runs_in,
@@ -311,3 +313,83 @@ def test_end_of_sequence_check_fails_when_the_model_names_another_eos(servers_be
     assert "finish_reason 'length', expected 'stop'" in out and "48 completion tokens" in out
     assert "1 failed, 1 passed" in out  # max_tokens → 'length' still holds
     assert not (owned_server_pids() - servers_before)
+
+
+SERVER_METRICS = {
+    'name = "vllm-cpu-gemma3-270m"': 'name = "vllm-server-metrics"',
+    "input_len = 64": "input_len = 48",
+    "output_len = 32": "output_len = 150",  # 48 + 150 tokens: past one 128-token KV block
+    "levels = [1, 2]": "levels = [6]",
+    "rounds = 2": "rounds = 1",
+    "abort_below = 0.5": 'abort_below = 0\nfigures = ["server_preemptions", "server_waiting_mean"]',
+    "record_repeats = 8 ": "record_repeats = 3 ",
+}
+
+
+def test_vllm_server_metrics_name_a_small_kv_cache_and_too_few_sequences(
+    keyed_vllm, with_key, tmp_path
+):
+    """Recorded on the healthy server (the profile's flags), then gated against two servers
+    started here: a KV cache of 361 tokens (`--num-gpu-blocks-override 24`, vLLM on CPU
+    has no smaller knob: VLLM_CPU_KVCACHE_SPACE counts whole GiB) preempts requests, and
+    `--max-num-seqs 2` queues them. Each run fails on the server's own figure
+    (``gate.figures``, judged as count + 1 from a baseline of 0), and the diagnosis names
+    the preemptions, or the queue behind the two sequences, from vLLM's /metrics."""
+    text = keyed_profile(tmp_path).read_text()
+    for old, new in SERVER_METRICS.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    profile = tmp_path / "vllm-server-metrics.toml"
+    profile.write_text(text)
+    baselines = f"--override-ini=perfgate_baselines_dir={tmp_path / 'baselines'}"
+    common = ("suites/perf", "-m", "perf", "-k", "sweep", f"--perf-profile={profile}", baselines)
+    record = run_pytest(
+        *common,
+        f"--perf-base-url={keyed_vllm.base_url}",
+        f"--perf-server-log={keyed_vllm.log_path}",  # its configuration, to compare with
+        "--perf-update-baselines",
+        "--perf-tolerance=0.5",
+        f"--perf-output={tmp_path / 'rec'}",
+    )
+    out = record.stdout + record.stderr
+    assert record.returncode == 0, out[-6000:]
+    assert "added   sweep.c6.server_preemptions: 0 requests" in out, out[-6000:]
+
+    def gate(name: str, **args: object) -> tuple[str, dict]:
+        with contextlib.ExitStack() as stack:
+            with pytest.MonkeyPatch.context() as env:  # vLLM would take the key from there
+                env.delenv("VLLM_API_KEY")
+                server = profile_server("vllm-cpu-gemma3-270m", tmp_path / name, **args)
+                backend = stack.enter_context(server)
+            done = run_pytest(
+                *common,
+                f"--perf-base-url={backend.base_url}",
+                f"--perf-server-log={backend.log_path}",
+                f"--perf-output={tmp_path / name}",
+            )
+        out = done.stdout + done.stderr
+        assert done.returncode == 1, out[-6000:]
+        return out, json.loads(runs_in(tmp_path / name)[-1].read_text())
+
+    small, run = gate("small-kv", **{"max-model-len": 256, "num-gpu-blocks-override": 24})
+    assert re.search(r"sweep\.c6\.server_preemptions: measured \d+ requests .*→ REGRESSED", small)
+    causes = run["diagnosis"]["causes"]
+    # the KV cache's size from vLLM's log first (and the concurrency it allows), then
+    # what the server did: requests preempted
+    assert re.match(r"KV cache size \(tokens\) 361 \(baseline \d+\)", causes[0]), causes
+    preempted = (
+        r"preemptions \d+ at sweep C=6 \(baseline 0\): the KV cache is too small for the "
+        r"requests in flight \(vllm:num_preemptions_total\)"
+    )
+    assert any(re.match(preempted, cause) for cause in causes[1:3]), causes
+    assert "the server's own metrics:" in small
+
+    seqs, run = gate("max-num-seqs", **{"max-num-seqs": 2})
+    assert re.search(r"sweep\.c6\.server_waiting_mean: measured [\d.]+ requests .*REGRESSED", seqs)
+    queue = run["diagnosis"]["causes"][:1]  # first: the queue behind the two sequences
+    assert queue and re.search(
+        r"while running at most 2 at sweep C=6 \(baseline: waiting up to 0, running 6\): "
+        r"every slot busy \(--max-num-seqs 2 for 6 requests in flight\) "
+        r"\(vllm:num_requests_waiting\)",
+        queue[0],
+    ), run["diagnosis"]["causes"]

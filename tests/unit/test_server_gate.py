@@ -154,3 +154,15 @@ def test_a_baseline_value_of_0_is_refused_for_any_figure_but_a_count():
     with pytest.raises(ValueError, match=r"sweep\.c4\.agg_tok_s: value 0 has no place"):
         Baseline.model_validate(baseline("sweep.c4.agg_tok_s"))
     Baseline.model_validate(baseline("sweep.c4.server_preemptions"))
+
+
+def test_a_queue_behind_the_configured_slots_names_them():
+    from perfgate.engines import Fact
+
+    slots = {"waiting": [0, 4, 4, 2], "running": [2, 2, 2, 2], "kv": [0.1, 0.2, 0.2, 0.2]}
+    new = facts_of(slots) | {"arg.max_num_seqs": Fact(value=2, source="log")}
+    texts = [c.text for c in likely_causes(new, facts_of(HEALTHY))]
+    queue = next(t for t in texts if t.startswith("waiting up to 4"))
+    assert "every slot busy (--max-num-seqs 2 for 4 requests in flight)" in queue, queue
+    unknown = [c.text for c in likely_causes(facts_of(slots), facts_of(HEALTHY))]
+    assert any("fewer slots (-np, --max-num-seqs" in t for t in unknown), unknown

@@ -105,6 +105,34 @@ def _baseline(base: dict[str, float], word: str, shown: str) -> str:
     return "" if value is None else f" (baseline {shown.format(value)})"
 
 
+# The configured limits on requests running at once, and how to name them.
+SLOT_FACTS = (
+    ("slots", "parallel slots (-np)"),
+    ("arg.max_num_seqs", "--max-num-seqs"),
+    ("max_running_requests", "--max-running-requests"),
+)
+
+# A KV cache this full at a level's peak is what held requests back, with no slot limit.
+KV_BUSY = 0.7
+
+
+def _why_queued(lv: _Level, new: Mapping[str, Fact]) -> str:
+    """Why requests waited: every slot the server is configured with was busy, else a KV
+    cache with no room for more, else too few slots of an unknown limit."""
+    running = lv.now["running_peak"]
+    for key, label in SLOT_FACTS:
+        limit = new.get(key)
+        if limit is not None and isinstance(limit.value, int | float) and running >= limit.value:
+            return (
+                f"every slot busy ({label} {limit.value:g} for {lv.in_flight} requests in flight)"
+            )
+    kv = lv.now.get("kv_peak")
+    if lv.now.get("preemptions", 0) > 0 or (kv is not None and kv >= KV_BUSY):
+        shown = "" if kv is None else f", {kv:.0%} in use at its peak"
+        return f"the KV cache had no room for more requests{shown}"
+    return "fewer slots (-np, --max-num-seqs, --max-running-requests) than requests in flight"
+
+
 def server_causes(new: Mapping[str, Fact], old: Mapping[str, Fact]) -> list[tuple[float, str]]:
     """Causes the server's own figures show, (score, text), each kind named once at its
     worst level."""
@@ -168,8 +196,7 @@ def server_causes(new: Mapping[str, Fact], old: Mapping[str, Fact]) -> list[tupl
                 65,  # under a changed slot count (66), which this queue is the evidence of
                 f"waiting up to {lv.now['waiting_peak']:.0f} (mean "
                 f"{lv.now.get('waiting_mean', 0):.1f}) while running at most "
-                f"{lv.now['running_peak']:.0f} at {lv.where}{base}: fewer slots (-np, "
-                f"--max-num-seqs, --max-running-requests) than requests in flight "
+                f"{lv.now['running_peak']:.0f} at {lv.where}{base}: {_why_queued(lv, new)} "
                 f"({lv.sources.get('waiting_peak', 'waiting')})",
             )
         )

@@ -99,6 +99,13 @@ class ServerSeries(BaseModel):
         """The sampler's CPU time as a share of the level's span."""
         return self.sampler_cpu_s / self.span_s if self.span_s > 0 else None
 
+    def describe(self) -> str:
+        """The sampler's own cost, for the level's progress line."""
+        share = self.cpu_share()
+        cost = "" if share is None else f", {share:.2%} of a core"
+        failed = f", {self.failed_reads} reads failed" if self.failed_reads else ""
+        return f"server /metrics: {self.samples} samples{cost}{failed}"
+
 
 Fetch = Callable[[], str | None]
 

@@ -117,6 +117,7 @@ class Measuring(SessionState):
                     else ""
                 )
                 + (f"; {level.harness.describe()}" if level.harness else "")
+                + (f"; {data.server.describe()}" if data.server else "")
             )
             self.save_run()
 
