@@ -5,6 +5,7 @@ their command lines, baselines and diagnosis are checked against the documented 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,13 @@ from tests.synthetic import measurement
 PROFILES = ROOT / "profiles"
 BASELINES = ROOT / "baselines"
 LOGS = Path(__file__).parents[1] / "data" / "logs"
+
+
+@pytest.fixture(autouse=True)
+def sglang_here(monkeypatch):
+    """The seeds' SGLang runs on their GPU hosts; here its command line is built as if this
+    interpreter had SGLang (none is installed for the quick tier)."""
+    monkeypatch.setenv("PERFGATE_SGLANG_PYTHON", sys.executable)
 
 
 def test_sglang_mtp_command_line():

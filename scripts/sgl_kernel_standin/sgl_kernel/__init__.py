@@ -34,9 +34,7 @@ def assign_req_to_token_pool_cpu(
             continue
         if end > max_len:
             raise ValueError(f"request row {row}: end {end} past the pool's {max_len} tokens")
-        req_to_token[row, start:end] = out_cache_loc[offset : offset + count].to(
-            req_to_token.dtype
-        )
+        req_to_token[row, start:end] = out_cache_loc[offset : offset + count].to(req_to_token.dtype)
         offset += count
 
 

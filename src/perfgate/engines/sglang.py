@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import ast
 import re
-import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
@@ -20,12 +20,26 @@ from perfgate.engines.base import (
     LogPattern,
     SpecCounters,
     arg_values,
+    chat_messages,
     facts_from_args,
     log_pattern,
     server_argv,
 )
+from perfgate.engines.converted import engine_python, served_model
 from perfgate.engines.server_metrics import MetricMap
 from perfgate.profile import Profile
+
+SGLANG_PYTHON_ENV = "PERFGATE_SGLANG_PYTHON"
+LOCAL_SGLANG_VENV = Path(".venv-sglang/bin/python")  # where scripts/install-sglang-cpu.sh puts it
+
+
+def sglang_python() -> str:
+    """The Python that has SGLang: $PERFGATE_SGLANG_PYTHON, else this interpreter when
+    SGLang is importable here, else ./.venv-sglang/bin/python (scripts/install-sglang-cpu.sh)."""
+    return engine_python(
+        "sglang", SGLANG_PYTHON_ENV, LOCAL_SGLANG_VENV, "scripts/install-sglang-cpu.sh"
+    )
+
 
 _ARG = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|\{[^}]*\}|[^,()]+)")
 
@@ -149,7 +163,7 @@ class SGLang(Engine):
 
     name: str = "sglang"
     health_path: str | None = "/health_generate"  # runs a real forward pass server-side
-    tokenize_path: str | None = None
+    tokenize_path: str | None = "/v1/tokenize"  # 0.5.x: prompt or messages, as vLLM's
     reasoning_fields: tuple[str, ...] = ("reasoning_content",)
     metrics_path: str | None = "/metrics"  # needs --enable-metrics
     spec_prefix: str | None = None
@@ -172,16 +186,37 @@ class SGLang(Engine):
     )
     log_patterns: ClassVar[tuple[LogPattern, ...]] = SGLANG_LOG
 
+    def prepare_model(self, profile: Profile) -> str:
+        """The weights' path; a GGUF converted to a Hugging Face directory (once, cached)
+        when the profile says ``hf_from_gguf`` (SGLang's GGUF loader has no CPU kernels)."""
+        return served_model(profile, sglang_python)
+
     def launch_command(
         self, profile: Profile, host: str, port: int, model: str | None = None
     ) -> list[str]:
         model = model or self.prepare_model(profile)
-        program = profile.server.command or [sys.executable, "-m", "sglang.launch_server"]
+        program = profile.server.command or [sglang_python(), "-m", "sglang.launch_server"]
         model_args = ["--model-path", model]
         return server_argv(program, model_args, "--served-model-name", profile, host, port, model)
 
     def metrics_hint(self) -> str:
         return "; start SGLang with --enable-metrics"
+
+    def tokenize_body(self, text: str, model: str) -> dict[str, Any]:
+        return {"model": model, "prompt": text, "add_special_tokens": True}
+
+    def chat_tokenize_body(
+        self, client: httpx.Client, text: str, model: str
+    ) -> dict[str, Any] | None:
+        """SGLang's /v1/tokenize renders messages as for a chat completion when
+        add_generation_prompt is left out."""
+        return {"model": model, "messages": chat_messages(text)}
+
+    def detokenize(self, client: httpx.Client, tokens: list[int], model: str) -> str | None:
+        body = {"model": model, "tokens": tokens, "skip_special_tokens": False}
+        response = client.post("/v1/detokenize", json=body)
+        response.raise_for_status()
+        return str(response.json()["text"])
 
     def server_info(self, client: httpx.Client) -> dict[str, Any]:
         """/server_info (older releases: /get_server_info), or {}."""

