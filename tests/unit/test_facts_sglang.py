@@ -1,5 +1,7 @@
-"""SGLang's log parser against variants of its lines (SGLang cannot run here: the
-fixtures are written from its documented formats, tests/data/logs/README.md)."""
+"""SGLang's log parser: on a real SGLang 0.5.23 log (captured on this project's CPU host,
+tests/data/logs/sglang-0.5.23-cpu.log), and against variants of the lines of the seeds'
+GPU deployment (its fixtures written from SGLang's documented formats: no GPU here,
+tests/data/logs/README.md)."""
 
 from __future__ import annotations
 
@@ -83,3 +85,14 @@ def test_graph_capture_lines():
     # a reworded capture line (a later release may name what it captured): still read
     renamed = "[TP0] Capture target decode CUDA graph end. elapsed=16.40 s"
     assert facts_of(renamed) == {"cuda_graphs": True}
+
+
+def test_facts_of_a_real_sglang_0_5_23_log():
+    """0.5.x logs its arguments as a dict (``server_args={...}``), and the KV cache line
+    with its dtype before the token count."""
+    facts = facts_of((LOGS / "sglang-0.5.23-cpu.log").read_text())
+    assert facts["kv_cache_tokens"] == 4096  # --max-total-tokens 4096
+    assert facts["max_running_requests"] == 2048
+    assert facts["attention_backend"] == "torch_native"
+    assert facts["arg.device"] == "cpu" and facts["arg.tp_size"] == 1
+    assert facts["cuda_graphs"] is False  # "Decode batch, ... cpu graph: False"

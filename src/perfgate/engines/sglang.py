@@ -59,12 +59,22 @@ def _server_args(match: re.Match[str]) -> dict[str, FactValue]:
     return arg_values(parse_server_args(match[1]))
 
 
+def _server_args_dict(match: re.Match[str]) -> dict[str, FactValue]:
+    """0.5.x logs ``server_args={'model_path': ...}``, a dict's repr."""
+    try:
+        args = ast.literal_eval(match[1])
+    except (ValueError, SyntaxError):
+        args = parse_server_args(match[1].replace("': ", "=").replace(", '", ", ").strip("{}'"))
+    return arg_values(args) if isinstance(args, dict) else {}
+
+
 # SGLang log lines (srt/server_args.py, mem_cache/memory_pool.py, managers/scheduler.py,
 # model_executor/model_runner.py)
 SGLANG_LOG: tuple[LogPattern, ...] = (
     log_pattern(r"server_args=ServerArgs\((.*)\)", _server_args),
-    log_pattern(
-        r"KV Cache is allocated\. #tokens: (\d+)", lambda m: {"kv_cache_tokens": int(m[1])}
+    log_pattern(r"server_args=(\{.*\})\s*$", _server_args_dict),
+    log_pattern(  # 0.5.23: "KV Cache is allocated. dtype: torch.bfloat16, #tokens: 4096, ..."
+        r"KV Cache is allocated\..*?#tokens: (\d+)", lambda m: {"kv_cache_tokens": int(m[1])}
     ),
     log_pattern(
         r"max_total_num_tokens=(\d+).*max_running_requests=(\d+)",
