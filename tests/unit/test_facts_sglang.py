@@ -96,3 +96,11 @@ def test_facts_of_a_real_sglang_0_5_23_log():
     assert facts["attention_backend"] == "torch_native"
     assert facts["arg.device"] == "cpu" and facts["arg.tp_size"] == 1
     assert facts["cuda_graphs"] is False  # "Decode batch, ... cpu graph: False"
+
+
+def test_per_start_values_of_a_real_sglang_log_are_no_facts():
+    """SGLang 0.5 logs its own argv (a new port each start) and a random seed: facts that
+    would differ on every run, ranked as causes of nothing."""
+    facts = facts_of((LOGS / "sglang-0.5.23-cpu.log").read_text())
+    for volatile in ("launch_command", "random_seed", "port", "model_path", "tokenizer_path"):
+        assert f"arg.{volatile}" not in facts

@@ -255,7 +255,19 @@ def coerce(value: FactValue) -> FactValue:
     return value
 
 
-SKIPPED_ARGS = {"host", "port", "model", "model_tag", "served_model_name", "api_key"}
+# addresses, names and per-start values (SGLang 0.5 logs its own argv and a random seed)
+SKIPPED_ARGS = {
+    "host",
+    "port",
+    "model",
+    "model_tag",
+    "model_path",
+    "tokenizer_path",
+    "served_model_name",
+    "api_key",
+    "launch_command",
+    "random_seed",
+}
 
 
 def _as_fact_value(value: Any) -> FactValue:
