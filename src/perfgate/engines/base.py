@@ -255,7 +255,8 @@ def coerce(value: FactValue) -> FactValue:
     return value
 
 
-# addresses, names and per-start values (SGLang 0.5 logs its own argv and a random seed)
+# addresses, names and per-start values (SGLang 0.5 logs its own argv, a random seed and
+# how long its start took)
 SKIPPED_ARGS = {
     "host",
     "port",
@@ -267,6 +268,7 @@ SKIPPED_ARGS = {
     "api_key",
     "launch_command",
     "random_seed",
+    "startup_time",  # SGLang 0.5 /server_info: seconds each start took
 }
 
 
