@@ -371,7 +371,7 @@ def require_vllm() -> str:
 
 def require_sglang() -> str:
     """SGLang's interpreter; skip where SGLang is not installed (scripts/install-sglang-cpu.sh,
-    7 GB: not yet part of .ci/run), unless PERFGATE_REQUIRE_SGLANG demands it."""
+    7 GB), unless PERFGATE_REQUIRE_SGLANG demands it (.ci/run sets it)."""
     import pytest
 
     from perfgate.engines.sglang import sglang_python

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 
 from tests.helpers import ROOT, owned_server_pids, require_sglang, run_pytest, runs_in
 
@@ -78,3 +79,23 @@ def test_sglang_that_cannot_start_says_why_from_its_log(tmp_path):
     assert done.returncode != 0, out[-4000:]
     assert "no_such_backend" in out and "exited" in out, out[-4000:]
     assert not (owned_server_pids() - before)
+
+
+def test_the_seed_mtp_profiles_flags_are_ones_the_installed_sglang_takes():
+    """The seeds' SGLang profile (a GPU deployment: it cannot run here) against the
+    installed SGLang's own `--help`: every flag it passes, its reasoning parser and its
+    speculative algorithm."""
+    python = require_sglang()
+    from perfgate.engines import get_engine
+    from perfgate.profile import load_profile
+
+    profile = load_profile("qwen36-27b-sglang-mtp", ROOT / "profiles")
+    argv = get_engine(profile.engine).launch_command(profile, "127.0.0.1", 30000, "/m")
+    shown = subprocess.run(
+        [python, "-m", "sglang.launch_server", "--help"],
+        capture_output=True, text=True, timeout=300, check=True,
+    ).stdout  # fmt: skip
+    offered = {ln.split()[0].rstrip(",") for ln in shown.splitlines() if ln[:4] == "  --"}
+    assert [a for a in argv[3:] if a.startswith("--") and a not in offered] == []
+    assert "qwen3," in shown.split("--reasoning-parser {")[1].split("}")[0] + ","
+    assert " NEXTN," in shown.split("Builtins:")[1]

