@@ -151,4 +151,4 @@ def test_runs_that_disagree_fail_as_too_noisy_with_their_own_exit_code(recorded,
     assert noisy and "regressed" not in verdicts.values(), verdicts
     assert "TOO NOISY: the runs neither clear the limit" in out
     assert "too noisy to decide after 3 runs" in checks[noisy[0]]["why"]
-    assert "Measure on a quieter host" in checks[noisy[0]]["why"]
+    assert "measure on a quieter host" in checks[noisy[0]]["why"]

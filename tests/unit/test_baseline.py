@@ -124,7 +124,8 @@ def test_build_derives_tolerances_keeps_hand_set_ones_and_roundtrips(tmp_path):
     second = build_baseline("p", "h", {key: [60.0, 61.0, 59.0]}, hand, {}, Rule())
     assert second.baseline.metrics[key].tolerance == 0.2
     assert diff_lines(hand, second) == [
-        "  changed sweep.c1.agg_tok_s: 50 → 60 tok/s (+20.0%; ±20.0% manual)"
+        "  changed sweep.c1.agg_tok_s: 50 → 60 tok/s (+20.0%; ±20.0% manual; "
+        "catches a 21% drop at 95%; noise supports ±5%)"
     ]
     with pytest.raises(BaselineError, match="at least 3 repeats"):
         build_baseline("p", "h", {key: [60.0]}, None, {}, Rule())

@@ -63,10 +63,15 @@ def test_no_noise_estimate_means_no_interval_and_says_so():
     assert "95% CI" in estimate([70.0, 71.0]).interval
 
 
-def judge(runs, value, tol, direction="higher", noise=None, baseline_runs=8, rule=None):
+def judge(
+    runs, value, tol, direction="higher", noise=None, baseline_runs=8, rule=None, source="derived"
+):
     """The gate's decision on one figure's runs, through :func:`compare` as a run is judged
-    (the key only names a figure; the expectation carries the direction)."""
+    (the key only names a figure; the expectation carries the direction). ``source``: a
+    derived tolerance charges the baseline's own error; a manual one is a fixed number
+    (``tests/unit/test_tolerance_contract.py``)."""
     expectation = Expectation(
+        tolerance_source=source,
         value=value,
         tolerance=tol,
         direction=direction,
@@ -82,7 +87,10 @@ def judge(runs, value, tol, direction="higher", noise=None, baseline_runs=8, rul
 def test_a_tolerance_tighter_than_the_noise_is_too_noisy_not_a_pass_nor_a_regression():
     # a 2% hand-set tolerance on a figure with 25% run-to-run noise: -5% cannot be told
     # from noise either way, so it fails as TOO NOISY and says what to do
-    d = judge([95.0, 80.0, 110.0], 100.0, 0.02, noise=Noise(0.25, 40), rule=Rule(3, 3, 36))
+    d = judge(
+        [95.0, 80.0, 110.0], 100.0, 0.02, noise=Noise(0.25, 40), rule=Rule(3, 3, 36),
+        source="manual",
+    )  # fmt: skip
     assert d.verdict == "too-noisy", d
     assert "quieter host" in d.why and "looser tolerance" in d.why
 
@@ -207,7 +215,7 @@ def test_a_derived_tolerance_passes_a_healthy_figure_and_catches_its_detectable_
     rng = random.Random(int(sigma * 1000) + figures)
     expectation = Expectation(
         value=100.0, tolerance=tol, direction="higher", runs=8,
-        noise_sigma=sigma, noise_df=40,
+        noise_sigma=sigma, noise_df=40, tolerance_source="derived",
     )  # fmt: skip
 
     def fails(true: float) -> bool:

@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     show = bsub.add_parser("show", help="print a profile's baseline")
     show.add_argument("profile")
     show.add_argument("--baselines-dir", default="baselines")
+    show.add_argument(
+        "--profiles-dir",
+        default="profiles",
+        help="the profile's [gate] runs and rate size what each tolerance can promise "
+        "(defaults where the profile is not found)",
+    )
     show.set_defaults(func=_baseline_show)
     rederive = bsub.add_parser(
         "rederive",

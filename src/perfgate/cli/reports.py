@@ -85,18 +85,42 @@ def _baseline_show(args: argparse.Namespace) -> int:
             f"`perfgate run {args.profile} --perf-update-baselines`"
         )
         return 1
+    from perfgate.gate.recording import supported_for, too_tight
+    from perfgate.run.state import gate_policy
+
+    try:
+        profile = load_profile(args.profile, Path(args.profiles_dir))
+        policy = gate_policy(profile, profile.gate.repeats)
+    except PerfgateError:
+        gate = GateSpec()
+        policy = GatePolicy(gate.repeats, gate.repeats + gate.max_extra_repeats)
+        print(f"(profile {args.profile} not found under {args.profiles_dir}/: [gate] defaults)")
+    print(
+        f"each figure: value, tolerance, noise; the smallest drop it catches 95% of the time, "
+        f"and the narrowest tolerance its noise supports ({policy.min_runs}..{policy.max_runs} "
+        f"runs a level, {policy.false_failure_rate:.0%} false failures a build); narrower "
+        "ends TOO NOISY"
+    )
     for hardware, baseline in baselines.items():
         print(f"{args.baselines_dir}/{args.profile}/{hardware}.json")
         for key, value in sorted(baseline.provenance.items()):
             print(f"  {key}: {value}")
+        rule = policy.rule(baseline)
+        supported = {}
         for key, exp in baseline.metrics.items():
+            need = supported_for(exp, rule)
+            if need is not None:
+                supported[key] = need
             print(
                 f"  {key:36} {exp.value:>10.4g} {exp.unit:6} ±{exp.tolerance:.1%} "
                 f"{exp.tolerance_source:8} ({exp.direction} is better"
                 + (f", noise {exp.noise_sigma:.1%} over {exp.runs} runs" if exp.noise_sigma else "")
                 + (f"; catches a drop of {exp.detectable:.0%}" if exp.detectable else "")
+                + (f"; noise supports ±{need:.0%}" if need is not None else "")
                 + ")"
             )
+        for line in too_tight(baseline, supported):
+            print(line.replace("perfgate: warning: ", "  warning: "))
     return 0
 
 

@@ -93,6 +93,19 @@ class Expectation(BaseModel):
     )
 
     @property
+    def fixed(self) -> bool:
+        """Whether the tolerance is a contract with the number itself: set by a person
+        (``manual``: ``--perf-tolerance``, a hand-written baseline), so the verdict charges
+        no error of the recorded value's own. A derived tolerance is sized for that error."""
+        return self.tolerance_source == "manual"
+
+    @property
+    def judged_runs(self) -> int | None:
+        """Runs of the baseline's median whose error the verdict charges: None for a fixed
+        number (:attr:`fixed`)."""
+        return None if self.fixed else self.runs
+
+    @property
     def between_hosts(self) -> float:
         """The spread between hosts the gate uses on another host: the measured one once
         it rests on :data:`MIN_HOST_DF` host-to-host differences, else never below

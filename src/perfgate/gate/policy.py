@@ -128,7 +128,7 @@ class GatePolicy:
             worst, better = limits(exp.value, exp.tolerance, exp.direction)
             host = exp.host_spread(self.another_host)
             cmp = comparison(
-                values, exp.value, worst, better, exp.direction, exp.runs, exp.noise, *host
+                values, exp.value, worst, better, exp.direction, exp.judged_runs, exp.noise, *host
             )
             if cmp.recorded is not None:
                 sd, df = cmp.error(1)
@@ -310,7 +310,9 @@ def reach(baseline: Baseline | None, tier: Tier, policy: GatePolicy) -> Reach:
         host = exp.host_spread(policy.another_host)
         spreads.append(host[0])
         drops.append(
-            detectable_drop(exp.noise, rule, exp.runs, exp.tolerance, exp.direction, *host)
+            detectable_drop(
+                exp.noise, rule, exp.runs, exp.tolerance, exp.direction, *host, fixed=exp.fixed
+            )
         )
     drop = round(statistics.median(drops), 4) if drops else None
     if not policy.another_host:

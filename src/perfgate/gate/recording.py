@@ -14,7 +14,7 @@ from perfgate.gate.figures import delta_pct, delta_text
 from perfgate.gate.values import parse_key
 from perfgate.stats.decide import Rule
 from perfgate.stats.estimate import Noise, estimate
-from perfgate.stats.power import derived_tolerance, detectable_drop
+from perfgate.stats.power import derived_tolerance, detectable_drop, supported_tolerance
 
 
 def kind_noise(values: dict[str, list[float]]) -> dict[str, Noise]:
@@ -33,6 +33,39 @@ class Recorded:
     baseline: Baseline
     kept: list[str]  # previous figures this run did not measure, kept unchanged
     left_out: dict[str, list[float]] = field(default_factory=dict)  # 0 in a run: unjudgeable
+    supported: dict[str, float] = field(default_factory=dict)  # narrowest tolerance the
+    # noise supports, by key (:func:`supported_for`)
+
+
+def supported_for(exp: Expectation, rule: Rule) -> float | None:
+    """The narrowest tolerance a figure's recorded noise supports at the profile's runs
+    and family-wise rate (:func:`perfgate.stats.power.supported_tolerance`); None where
+    no noise was recorded."""
+    if exp.noise is None or not exp.runs:
+        return None
+    return supported_tolerance(exp.noise, rule, exp.runs, exp.direction, fixed=exp.fixed)
+
+
+def too_tight(baseline: Baseline, supported: dict[str, float]) -> list[str]:
+    """A warning, at recording time, for tolerances a person set narrower than the noise
+    supports: healthy runs would likely end TOO NOISY."""
+    tight = {
+        key: need
+        for key, need in supported.items()
+        if baseline.metrics[key].fixed and baseline.metrics[key].tolerance < need
+    }
+    if not tight:
+        return []
+    worst = max(tight, key=lambda k: tight[k])
+    exp = baseline.metrics[worst]
+    return [
+        f"perfgate: warning: the tolerance {exp.tolerance:.0%} set by hand is narrower than "
+        f"this host's noise supports for {len(tight)} of {len(baseline.metrics)} figures "
+        f"(widest need: {worst} {tight[worst]:.0%}, its runs' noise {exp.noise_sigma:.1%} over "
+        f"{exp.runs} runs): a healthy server will likely end TOO NOISY. Record with "
+        f"--perf-tolerance {math.ceil(tight[worst] * 100) / 100:g}, or on a quieter host, or "
+        "with more runs (gate.record_repeats)"
+    ]
 
 
 def build_baseline(
@@ -127,7 +160,9 @@ def build_baseline(
             host_df=host_df,
             detectable=None
             if kind is None or not detectable
-            else detectable_drop(kind, family, len(runs), tol, figure.direction),
+            else detectable_drop(
+                kind, family, len(runs), tol, figure.direction, fixed=source == "manual"
+            ),
             tolerance_source=source,
         )
     for key in kept:
@@ -151,7 +186,12 @@ def build_baseline(
         metrics=dict(sorted(metrics.items(), key=lambda kv: _key_order(kv[0]))),
         facts=facts or {},
     )
-    return Recorded(new, kept, left_out)
+    supported = {}
+    if detectable:
+        for key in values:
+            if (need := supported_for(new.metrics[key], family)) is not None:
+                supported[key] = need
+    return Recorded(new, kept, left_out, supported)
 
 
 def merged_host_spread(
@@ -179,6 +219,10 @@ def diff_lines(old: Baseline | None, recorded: Recorded) -> list[str]:
     for key, exp in new.metrics.items():
         prev = old.metrics.get(key) if old else None
         tol = f"±{exp.tolerance:.1%} {exp.tolerance_source}"
+        if exp.detectable is not None:
+            tol += f"; catches a {exp.detectable:.0%} drop at 95%"
+        if (need := recorded.supported.get(key)) is not None:
+            tol += f"; noise supports ±{need:.0%}"
         if key in recorded.kept:
             lines.append(f"  kept    {key}: {exp.value:.4g} {exp.unit} (not measured in this run)")
         elif prev is None:

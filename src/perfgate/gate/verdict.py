@@ -147,7 +147,9 @@ def _compare(
         exp.value, exp.tolerance, exp.direction, floor=exp.floor, ceiling=exp.ceiling
     )
     host = exp.host_spread(another_host)
-    cmp = comparison(values, exp.value, worst, better, exp.direction, exp.runs, exp.noise, *host)
+    cmp = comparison(
+        values, exp.value, worst, better, exp.direction, exp.judged_runs, exp.noise, *host
+    )
     base_error = math.sqrt(cmp.base_error**2 + cmp.host**2)
     est = estimate(values, exp.noise, baseline_error=(base_error, cmp.error_df))
     decision = decide(cmp, est.n, rule)

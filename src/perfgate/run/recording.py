@@ -11,7 +11,7 @@ from perfgate.correctness.golden import compare_golden, golden_path, save_golden
 from perfgate.errors import BaselineError
 from perfgate.gate.baseline import save_baseline
 from perfgate.gate.creep import apply_creep_rule
-from perfgate.gate.recording import build_baseline, diff_lines
+from perfgate.gate.recording import build_baseline, diff_lines, too_tight
 from perfgate.gate.values import run_values
 from perfgate.render.markdown import markdown_summary
 from perfgate.render.plots.charts import render_run_plots
@@ -94,6 +94,7 @@ class Recording(SessionState):
             f"({len(recorded.baseline.metrics)} figures; tolerances from "
             f"{self.repeats} runs a level):",
             *diff_lines(previous, recorded),
+            *too_tight(recorded.baseline, recorded.supported),
         ]
         lines += self._record_golden()
         # self.baseline stays the old one: the summary table shows old vs measured

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from perfgate.stats.distributions import VALUE_FLOOR, combined_df, f_cdf, median, t_quantile
 from perfgate.stats.estimate import (
@@ -33,6 +33,7 @@ class Comparison:
     host: float = 0.0  # the spread between hosts (sd of ln), on another host than the
     # recording's: more runs of this host cannot shrink it
     host_df: float = math.inf
+    base_runs: int = 0  # runs the baseline's value is the median of (0: a fixed number)
 
     @property
     def spread(self) -> Noise | None:
@@ -95,10 +96,12 @@ def comparison(
 ) -> Comparison:
     """The runs' drift from the baseline value, with what the verdict needs to read it.
 
-    ``baseline_runs``: how many runs the baseline's median came from (None for a
-    hand-entered target, which has no error of its own). ``recorded``: the noise recorded
-    with the baseline. ``host_sigma``: the spread of the figure between hosts (sd of ln),
-    for a baseline recorded on another host: the baseline's value is one host's draw.
+    ``baseline_runs``: how many runs the baseline's median came from, whose error the
+    verdict charges (None for a fixed number: a hand-entered target, or any tolerance a
+    person set, which is a contract with the number itself). ``recorded``: the noise
+    recorded with the baseline. ``host_sigma``: the spread of the figure between hosts (sd
+    of ln), for a baseline recorded on another host: the baseline's value is one host's
+    draw.
     """
     sign = 1.0 if direction == "higher" else -1.0
 
@@ -117,6 +120,7 @@ def comparison(
         base_error,
         host_sigma,
         host_df,
+        baseline_runs or 0,
     )
 
 
@@ -220,18 +224,94 @@ def decide(cmp: Comparison, n: int, rule: Rule) -> Decision:
         return done("improved" if improved else "pass", why)
     if not final:
         return Decision("pass", "more", "near the limit: measuring again")
-    return done("too-noisy", too_noisy_why(cmp, n, past, limit))
+    return done("too-noisy", too_noisy_why(cmp, n, past, limit, rule))
 
 
-def too_noisy_why(cmp: Comparison, n: int, past: int, limit: float) -> str:
-    """Why a figure is TOO NOISY, and what to do."""
+MOST_RUNS = 100  # runs beyond which no advice counts them: the noise cannot decide
+
+
+def runs_to_decide(cmp: Comparison, sigma: float, base_error: float | None = None) -> int | None:
+    """About how many runs at run-to-run spread ``sigma`` would put the median's 95%
+    interval (with the baseline's own error, or ``base_error``, and the spread between
+    hosts) clear of the limit, on one side or the other; None when no number of runs
+    would (the median at the limit, or the fixed terms alone too wide)."""
+    gap = abs(cmp.drift - cmp.limit)
+    base = cmp.base_error if base_error is None else base_error
+    fixed = base**2 + cmp.host**2
+    df = cmp.recorded.df if cmp.recorded else math.inf
+    t = t_quantile(0.5 + CONFIDENCE / 2, df)
+    for n in range(2, MOST_RUNS + 1):
+        half = t * math.sqrt(standard_error(Noise(sigma, df), n) ** 2 + fixed)
+        if half < gap:
+            return n
+    return None
+
+
+def baseline_runs_needed(cmp: Comparison, n: int, rule: Rule, recorded: Noise) -> int | None:
+    """The fewest recorded runs (at most 30) with which these same runs would have been
+    decided: the baseline's own error shrunk to that of a median of so many runs."""
+    for k in range(max(cmp.base_runs, 1) + 1, 31):
+        again = replace(cmp, base_error=standard_error(recorded, k), base_runs=k)
+        if decide(again, n, rule).verdict != "too-noisy":
+            return k
+    return None
+
+
+def _pm(sd: float, df: float) -> str:
+    """A log sd as the ± of its 95% interval, in percent."""
+    return f"±{math.expm1(t_quantile(0.5 + CONFIDENCE / 2, df) * sd):.0%}"
+
+
+def too_noisy_why(cmp: Comparison, n: int, past: int, limit: float, rule: Rule) -> str:
+    """Why a figure is TOO NOISY: the interval's dominant term (the runs' own spread, the
+    baseline's own error, the spread between hosts), and the fix in numbers."""
     within = sum(r > limit for r in cmp.runs)
     own, rec = cmp.spread, cmp.recorded
-    spread = f"the runs' spread {own.sigma:.1%}" if own else "one run"
+    head = f"too noisy to decide after {n} runs: {within} of {n} within the limit, {past} past it"
+    runs_noise = own or rec
+    runs_sd = standard_error(runs_noise, n) if runs_noise else 0.0
+    terms = {"runs": runs_sd, "baseline": cmp.base_error, "host": cmp.host}
+    dominant = max(terms, key=lambda k: terms[k])
+    rec_df = rec.df if rec else math.inf
+    if dominant == "baseline" and rec is not None:
+        own_error = (
+            f"{head} beyond noise. The baseline's own error ({_pm(cmp.base_error, rec_df)}, "
+            f"{cmp.base_runs} recorded runs at {rec.sigma:.0%} spread) is most of the interval"
+        )
+        target = baseline_runs_needed(cmp, n, rule, rec)
+        if target is None:
+            return (
+                f"{own_error}, and 30 recorded runs would not decide these: record on a "
+                "quieter host, or set a looser tolerance on purpose (--perf-tolerance)"
+            )
+        return (
+            f"{own_error}: re-record with --perf-update-baselines at record_repeats = {target} "
+            f"(about {_pm(standard_error(rec, target), rec_df)}; these runs would then decide)"
+        )
+    if dominant == "host":
+        return (
+            f"{head} beyond noise and the spread between hosts. The spread between hosts "
+            f"({_pm(cmp.host, cmp.host_df)}: the baseline was recorded on another host) is most "
+            "of the interval: record a baseline on this host (--perf-update-baselines), which "
+            "takes it out"
+        )
+    if own is None:
+        return f"{head} beyond noise; one run: measure more runs (gate.repeats)"
+    spread = f"the runs' spread {own.sigma:.1%}"
     if rec is not None:
-        spread += f" (recorded {rec.sigma:.1%}{': noisier than recorded' if cmp.noisier else ''})"
-    return (
-        f"too noisy to decide after {n} runs: {within} of {n} within the limit, {past} past it "
-        f"beyond noise; {spread}. Measure on a quieter host, allow more runs "
-        "(gate.max_extra_repeats), or record a looser tolerance on purpose (--perf-tolerance)"
-    )
+        spread += f" against {rec.sigma:.1%} recorded"
+        if cmp.noisier:
+            spread += ": this host is noisier today"
+    need = runs_to_decide(cmp, own.sigma)
+    if need is None:
+        fix = (
+            f"no number of runs decides at this spread with the median "
+            f"{abs(math.expm1(cmp.drift - cmp.limit)):.1%} from the limit: measure on a quieter "
+            "host, or set a looser tolerance this noise supports (perfgate baseline show)"
+        )
+    else:
+        fix = (
+            f"about {need} runs would decide at that spread (raise gate.max_extra_repeats); or "
+            "measure on a quieter host, or set a looser tolerance (perfgate baseline show)"
+        )
+    return f"{head} beyond noise; {spread}; {fix}"

@@ -85,18 +85,27 @@ def _relative(log_limit: float, direction: Direction) -> float:
 
 
 def derived_tolerance(
-    noise: Noise, rule: Rule, baseline_runs: int, floor: float, direction: Direction
+    noise: Noise,
+    rule: Rule,
+    baseline_runs: int,
+    floor: float,
+    direction: Direction,
+    *,
+    fixed: bool = False,
 ) -> float:
     """The relative tolerance recording derives from measured noise: the narrowest limit
     a healthy figure, its runs as noisy as recorded, still passes at its most runs with
     the family-wise rate to spare (its signed-rank bound above the limit by the
     baseline's own error, and its median by its noise), averaged over the baseline's
     own error (a baseline that read high puts every run lower alike); never below
-    ``floor``."""
+    ``floor``. ``fixed``: judged against the number itself (a tolerance a person set),
+    so no bound is moved by the baseline's own error, which still moves every run alike.
+    With ``floor`` 0 it is the narrowest tolerance this noise supports
+    (:func:`supported_tolerance`)."""
     n = rule.max_runs
     rate = rule.per_figure_rate
     base = standard_error(noise, baseline_runs)
-    cmp = Comparison(0.0, 0.0, 0.0, (0.0,), noise, base)
+    cmp = Comparison(0.0, 0.0, 0.0, (0.0,), noise, 0.0 if fixed else base)
     margin = cmp.margin(rule.near)
     sd, df = cmp.error(n)
     t_near = t_quantile(rule.near, df)
@@ -126,6 +135,15 @@ def derived_tolerance(
     return max(floor, round(_relative(-high, direction), 4))
 
 
+def supported_tolerance(
+    noise: Noise, rule: Rule, baseline_runs: int, direction: Direction, *, fixed: bool = False
+) -> float:
+    """The narrowest tolerance this noise supports: below it a healthy figure, its runs
+    as noisy as recorded, can no longer be passed at the profile's runs with the
+    family-wise false-failure rate kept, so it will likely end TOO NOISY (or fail)."""
+    return derived_tolerance(noise, rule, baseline_runs, 0.0, direction, fixed=fixed)
+
+
 @lru_cache(maxsize=4096)
 def detectable_drop(
     noise: Noise,
@@ -136,14 +154,17 @@ def detectable_drop(
     host_sigma: float = 0.0,
     host_df: float = math.inf,
     confidence: float = 0.95,
+    fixed: bool = False,
 ) -> float:
     """The smallest drop (0.3: 30% fewer tok/s, or 1/(1-0.3) times the seconds) the gate
     fails at least ``confidence`` of the time with its runs as noisy as recorded: its
     chance to pass (:func:`pass_chance`) is at most the rest. On another host
     (``host_sigma``) the limit lies further by the spread between hosts, and this host's
-    own difference is drawn from it."""
+    own difference is drawn from it. ``fixed``: judged against the number itself (a
+    tolerance a person set): the drop is from the recorded number, no bound moves by
+    its error."""
     worst, _ = limits(1.0, tolerance, direction)
-    base = standard_error(noise, baseline_runs) if baseline_runs else 0.0
+    base = standard_error(noise, baseline_runs) if baseline_runs and not fixed else 0.0
     cmp = Comparison(0.0, 0.0, 0.0, (0.0,), noise, base, host_sigma, host_df)
     limit = math.log(max(worst, VALUE_FLOOR)) * (1 if direction == "higher" else -1)
     limit -= cmp.host_allowance(rule.near)
