@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -70,9 +71,11 @@ def run_gate(
     baseline: Baseline,
     slow: dict[str, float],
     everywhere: bool,
+    counts: list[int] | None = None,
 ) -> dict[str, str]:
     """One gated run, levels measured again as the policy asks; each figure's verdict.
-    ``slow`` applies to C=1 only, or to every level when ``everywhere``."""
+    ``slow`` applies to C=1 only, or to every level when ``everywhere``. ``counts``: gets
+    the runs each level took."""
     m = Measurement()
     for c in planned["sweep"]:
         runs: list[LevelData] = []
@@ -81,6 +84,8 @@ def run_gate(
             if POLICY.after_level("sweep", runs, baseline) == "next":
                 break
         m.levels += runs
+        if counts is not None:
+            counts.append(len(runs))
     return {c.key: c.verdict for c in POLICY.judge({"sweep": m}, baseline, planned).checks}
 
 
@@ -89,9 +94,10 @@ def failed(verdicts: dict[str, str]) -> set[str]:
     return {k for k, v in verdicts.items() if v not in ("pass", "improved", "no-baseline")}
 
 
-def trial(args: tuple[int, float, float, int, bool]) -> bool:
+def trial(args: tuple[int, float, float, int, bool]) -> tuple[bool, float]:
     """One record-then-gate trial. No regression: whether any figure failed (a false
-    failure). A regression: whether a regressed figure failed (detection)."""
+    failure). A regression: whether a regressed figure failed (detection). With it, the
+    median runs a level took."""
     seed, cv, regression, levels, everywhere = args
     planned = {"sweep": list(range(1, levels + 1))}
     rng = random.Random(seed)
@@ -104,15 +110,19 @@ def trial(args: tuple[int, float, float, int, bool]) -> bool:
         "study", "sim", run_values({"sweep": recorded}), None, {}, POLICY.rule(None),
         detectable=False,
     ).baseline  # fmt: skip
+    counts: list[int] = []
     if not regression:
-        return bool(failed(run_gate(rng, cv, planned, baseline, {}, everywhere)))
+        verdicts = run_gate(rng, cv, planned, baseline, {}, everywhere, counts)
+        return bool(failed(verdicts)), statistics.median(counts)
     factor = 1.0 - regression
     slow = {"agg_tok_s": factor, "per_request_tok_s": factor, "ttft_s": factor}
     keys = failed(
-        run_gate(rng, cv, planned, baseline, slow if everywhere else {FIGURE: factor}, everywhere)
-    )
-    return any(key.endswith(tuple(slow)) if everywhere else key == f"sweep.c1.{FIGURE}"
-               for key in keys)  # fmt: skip
+        run_gate(rng, cv, planned, baseline, slow if everywhere else {FIGURE: factor}, everywhere,
+                 counts)
+    )  # fmt: skip
+    caught = any(key.endswith(tuple(slow)) if everywhere else key == f"sweep.c1.{FIGURE}"
+                 for key in keys)  # fmt: skip
+    return caught, statistics.median(counts)
 
 
 RECORD_CV = 0.05  # the noisy-candidate rows' baseline: recorded on a quiet host
@@ -278,8 +288,8 @@ def main() -> int:
     settings += [(0.25, 0.5, CPU_LEVELS, True), (0.25, 0.5, LEVELS, True)]
     print(f"baseline from {RECORD_REPEATS} runs a level; gate {POLICY.min_runs}..{POLICY.max_runs} "
           f"runs a level; family-wise rate {POLICY.false_failure_rate:.0%}")  # fmt: skip
-    print("| figures | noise CV | regression | trials | rate | what |")
-    print("|---|---|---|---|---|---|")
+    print("| figures | noise CV | regression | trials | rate | runs a level (median) | what |")
+    print("|---|---|---|---|---|---|---|")
     started = time.monotonic()
     with ProcessPoolExecutor(args.workers) as pool:
         if args.manual_only:
@@ -294,7 +304,9 @@ def main() -> int:
             n = trials_null if regression == 0 else trials_hit
             jobs = [(i * 7919 + int(cv * 1e4) + int(regression * 1e6) + levels, cv, regression,
                      levels, everywhere) for i in range(n)]  # fmt: skip
-            rate = sum(pool.map(trial, jobs, chunksize=8)) / n
+            results = list(pool.map(trial, jobs, chunksize=8))
+            rate = sum(hit for hit, _ in results) / n
+            runs = statistics.median(r for _, r in results)
             se = math.sqrt(max(rate * (1 - rate), 1 / n) / n)
             if regression == 0:
                 what = "false failures (any figure failed)"
@@ -303,7 +315,7 @@ def main() -> int:
             else:
                 what = f"one figure slower ({FIGURE} at C=1): that figure caught"
             print(f"| {levels * 4} | {cv:.0%} | {regression:.0%} | {n} | {rate:.1%} ± {se:.1%} "
-                  f"| {what} |", flush=True)  # fmt: skip
+                  f"| {runs:g} | {what} |", flush=True)  # fmt: skip
         noisy_rows(pool, trials_null, trials_hit)
         manual_rows(pool, trials_null, trials_hit)
     print()

@@ -82,7 +82,7 @@ def test_early_abort_needs_the_figure_far_below_and_beyond_noise():
 
 def test_levels_are_measured_again_only_while_near_the_limit():
     base = recorded()
-    policy = GatePolicy(min_runs=3, max_runs=6)
+    policy = GatePolicy(min_runs=3, max_runs=6, early_runs=3)  # no early look
     runs = [level_run(1, v, repeat=i) for i, v in enumerate(NOISY[:2])]
     assert policy.after_level("sweep", runs, base) == "repeat"  # below the minimum
     runs.append(level_run(1, 100.0, repeat=2))
@@ -359,7 +359,7 @@ def test_the_rule_carries_the_familys_size_and_its_rate():
     assert family > 2
     assert policy.rule(base) == Rule(3, 10, family, 0.05)
     assert policy.rule(None) == Rule(3, 10, 1, 0.05)
-    assert policy.rule(base, runs=2) == Rule(2, 2, family, 0.05)
+    assert policy.rule(base, runs=2) == Rule(3, 2, family, 0.05)  # final at 2 (or early)
     assert policy.rule(base, runs=5) == Rule(3, 5, family, 0.05)
     assert policy.rule(base).per_figure_rate == pytest.approx(0.05 / family)
 

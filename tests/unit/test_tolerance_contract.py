@@ -188,3 +188,21 @@ def test_a_fixed_tolerance_the_noise_supports_keeps_its_rates(sigma, figures):
     caught = sum(fails(100.0 * (1 - drop)) for _ in range(1000)) / 1000
     assert healthy <= max(3 * rule.per_figure_rate, 2 / trials), healthy
     assert caught >= 0.95, caught
+
+
+def test_baseline_show_prints_what_each_tolerance_can_promise(tmp_path, capsys):
+    from perfgate.cli import main
+    from perfgate.gate.baseline import baseline_path, save_baseline
+
+    rng = random.Random(9)
+    values = {
+        f"sweep.c{c}.ttft_s": [0.3 * c * math.exp(rng.gauss(0, 0.12)) for _ in range(8)]
+        for c in (1, 2, 4)
+    }
+    recorded = build_baseline("p", "hw", values, None, {}, Rule(3, 10), tolerance=0.1)
+    save_baseline(baseline_path(tmp_path, "p", "hw"), recorded.baseline)
+    assert main(["baseline", "show", "p", "--baselines-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "profile p not found" in out and "[gate] defaults" in out
+    assert out.count("noise supports ±") == 3 and out.count("catches a drop of") == 3, out
+    assert "warning: the tolerance 10% set by hand is narrower" in out, out

@@ -78,6 +78,8 @@ class GatePolicy:
 
     - ``min_runs``: runs of each level before a verdict (``gate.repeats``);
     - ``max_runs``: at most, for a level near its limit (+ ``gate.max_extra_repeats``);
+    - ``early_runs``: the fewest runs a level may take when every figure passes early
+      (``gate.min_repeats``; :func:`perfgate.stats.decide.early_pass`);
     - ``abort_below``: stop a sweep at once when a tok/s figure of a level's first run is
       below this share of the baseline, beyond noise (0: never);
     - ``false_failure_rate``: the family-wise rate of noise failures for a whole profile;
@@ -90,6 +92,7 @@ class GatePolicy:
 
     min_runs: int = 3
     max_runs: int = 10
+    early_runs: int = 2
     abort_below: float = 0.5
     false_failure_rate: float = 0.01
     retired: tuple[str, ...] = ()
@@ -107,9 +110,10 @@ class GatePolicy:
         """The statistical rule for a baseline's family of figures; ``runs``: force the
         final decision at this many runs (no more can be measured)."""
         figures = len(baseline.metrics) if baseline else 1
-        if runs is None:
-            return Rule(self.min_runs, self.max_runs, figures, self.false_failure_rate)
-        return Rule(min(self.min_runs, runs), runs, figures, self.false_failure_rate)
+        most = self.max_runs if runs is None else runs
+        return Rule(
+            self.min_runs, most, figures, self.false_failure_rate, early_runs=self.early_runs
+        )
 
     # -- during a sweep --------------------------------------------------------------
     def abort_reason(self, name: str, run: LevelData, baseline: Baseline | None) -> str | None:
@@ -164,10 +168,12 @@ class GatePolicy:
     def _again(
         self, values: Mapping[str, list[float]], runs: int, baseline: Baseline | None
     ) -> Step:
-        if runs < self.min_runs:
-            return "repeat"
-        if self.recording or baseline is None or runs >= self.max_runs:
+        if self.recording or baseline is None:
+            return "repeat" if runs < self.min_runs else "next"
+        if runs >= self.max_runs:
             return "next"
+        if runs < self.min_runs and (not values or any(k not in baseline.metrics for k in values)):
+            return "repeat"  # a figure with no baseline to pass early against
         rule = self.rule(baseline)
         for key, figure_values in values.items():
             exp = baseline.metrics.get(key)

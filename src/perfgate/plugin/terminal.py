@@ -4,9 +4,11 @@ written, what to run next."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 import pytest
 
+from perfgate.measure.data import Measurement
 from perfgate.plugin.state import SESSION_KEY, SUMMARY_KEY
 from perfgate.render.markdown import floors_only_line
 from perfgate.run.session import PerfgateSession
@@ -83,6 +85,8 @@ def _summary_lines(perf: PerfgateSession) -> list[tuple[str, str]]:
                 + (f", {len(creep)} creeping" if creep else ""),
             )
         )
+    if judged and (counts := runs_to_verdict(perf.run.measurements)):
+        out.append(("bold", counts))
     for check in checks if perf.baseline_tier == "exact" else []:
         if check.verdict == "improved":
             out.append(
@@ -122,3 +126,20 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(tier, **{colour: True})
     for line in config.stash.get(SUMMARY_KEY, []):
         terminalreporter.write_line(line)
+
+
+def runs_to_verdict(measurements: Mapping[str, Measurement]) -> str:
+    """How many runs the verdicts took: each measurement's runs a level (a level stops
+    once every figure is decided), with their median."""
+    counts = {
+        name: [len(runs) for _, runs in sorted(m.by_concurrency().items())]
+        for name, m in measurements.items()
+        if m.levels
+    }
+    every = sorted(n for runs in counts.values() for n in runs)
+    if not every:
+        return ""
+    mid = len(every) // 2
+    median = every[mid] if len(every) % 2 else (every[mid - 1] + every[mid]) / 2
+    shown = "; ".join(f"{name} {', '.join(map(str, runs))}" for name, runs in counts.items())
+    return f"runs a level to a verdict: median {median:g} ({shown})"

@@ -30,7 +30,17 @@ class GateSpec(Strict):
     """How figures are judged against the baseline (docs/verdicts.md)."""
 
     repeats: int = Field(
-        3, ge=1, description="Runs of each level before a verdict (--perf-repeats)."
+        3,
+        ge=1,
+        description="Runs of each level before the usual verdict (--perf-repeats); fewer "
+        "(min_repeats) when the runs agree far inside their limits.",
+    )
+    min_repeats: int = Field(
+        2,
+        ge=1,
+        description="The fewest runs of a level that may pass when they agree far inside "
+        "their limits (a sequential design's early look, sized so a figure at its limit "
+        "passes there at most 1% of the time); set it to repeats to never stop early.",
     )
     max_extra_repeats: int = Field(
         7, ge=0, description="Extra runs of a level whose figures are near their limit."

@@ -58,6 +58,7 @@ def gate_policy(
     return GatePolicy(
         min_runs=repeats,
         max_runs=max(repeats, repeats + gate.max_extra_repeats),
+        early_runs=gate.min_repeats,
         abort_below=abort_below,
         false_failure_rate=gate.false_failure_rate,
         retired=tuple(gate.retired),

@@ -5,8 +5,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
-from perfgate.stats.distributions import VALUE_FLOOR, combined_df, f_cdf, median, t_quantile
+from perfgate.stats.distributions import (
+    _STANDARD_NORMAL,
+    VALUE_FLOOR,
+    combined_df,
+    f_cdf,
+    median,
+    normal_grid,
+    t_quantile,
+    widened,
+)
 from perfgate.stats.estimate import (
     CONFIDENCE,
     NOISIER,
@@ -53,13 +63,17 @@ class Comparison:
     @property
     def noisier(self) -> bool:
         """Whether the runs are noisier than recorded (F test at :data:`NOISIER`)."""
+        return self.noisier_at(NOISIER)
+
+    def noisier_at(self, quantile: float) -> bool:
+        """Whether the runs are noisier than recorded, by an F test at ``quantile``."""
         own = self.spread
         if own is None or self.recorded is None or self.recorded.df <= 0:
             return False
         if self.recorded.sigma <= 0 or own.sigma > 1e6 * self.recorded.sigma:
             return own.sigma > 0
         ratio = (own.sigma / self.recorded.sigma) ** 2
-        return f_cdf(ratio, own.df, self.recorded.df) > NOISIER
+        return f_cdf(ratio, own.df, self.recorded.df) > quantile
 
     def error(self, n: int) -> tuple[float, float]:
         """(sd, df) of the drift of a median of n runs as noisy as recorded, with the
@@ -132,7 +146,11 @@ class Rule:
       bounds, the baseline's own error);
     - ``false_failure_rate``: family-wise: the chance that noise alone fails any of
       ``figures`` figures of one profile (derived tolerances are sized for it);
-    - ``min_runs`` and ``max_runs``: runs of a level before any verdict, and at most.
+    - ``min_runs`` and ``max_runs``: runs of a level before the usual verdict, and at most;
+    - ``early_runs``: the fewest runs that may pass before ``min_runs``, when they agree
+      far inside the limit (:func:`early_pass`; ``min_runs`` or more: never early);
+    - ``early_rate``: the chance that a figure exactly at its limit passes at one of those
+      early looks, shared equally by them (the early looks' whole cost in detection).
     """
 
     min_runs: int = 3
@@ -140,11 +158,18 @@ class Rule:
     figures: int = 1
     false_failure_rate: float = 0.01
     near: float = 0.95
+    early_runs: int = 2
+    early_rate: float = 0.01
 
     @property
     def per_figure_rate(self) -> float:
         """Bonferroni: the family's rate shared equally by its figures."""
         return self.false_failure_rate / max(1, self.figures)
+
+    @property
+    def early_looks(self) -> range:
+        """The run counts at which a figure may pass early (before ``min_runs``)."""
+        return range(max(1, self.early_runs), self.min_runs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +195,71 @@ def lower_bound(cmp: Comparison, rule: Rule) -> float:
     return low
 
 
-def decide(cmp: Comparison, n: int, rule: Rule) -> Decision:
+_GRID = normal_grid()
+
+
+@lru_cache(maxsize=4096)
+def _early_offset(sigma: float, df: float, base: float, n: int, chance: float) -> float:
+    """The x with P(all n runs > limit + x) = ``chance`` for a figure exactly at its limit:
+    each run off by its noise (sd ``sigma`` widened to t at ``df``) and all alike by the
+    baseline's own error (sd ``base``), averaged over a normal grid of the latter."""
+    sd = widened(sigma, df)
+    grid = _GRID if base > 0 else ((0.0, 1.0),)
+
+    def passes(x: float) -> float:
+        if sd <= 0:
+            return math.fsum(w for z, w in grid if z * base > x)
+        return math.fsum(
+            w * (1 - _STANDARD_NORMAL.cdf(max(-40.0, min(40.0, (x - z * base) / sd)))) ** n
+            for z, w in grid
+        )
+
+    low, high = 0.0, 12 * (sd + base) + 1e-9
+    for _ in range(40):
+        mid = (low + high) / 2
+        if passes(mid) > chance:
+            low = mid
+        else:
+            high = mid
+    return high
+
+
+def early_offset(cmp: Comparison, n: int, rule: Rule) -> float:
+    """How far inside the limit every one of n runs must lie to pass at an early look
+    (log units): so far that a figure exactly at its limit, its runs as noisy as recorded
+    and the baseline off by its own error, passes at this look with a chance of this
+    look's share of ``rule.early_rate`` (computed, not bounded: :func:`_early_offset`)."""
+    assert cmp.recorded is not None
+    share = rule.early_rate / max(1, len(rule.early_looks))
+    return _early_offset(cmp.recorded.sigma, cmp.recorded.df, cmp.base_error, n, share)
+
+
+EARLY_NOISIER = 0.95  # an early look waits for more runs past this quantile of F
+
+
+def early_pass(cmp: Comparison, n: int, rule: Rule, *, guarded: bool = False) -> bool:
+    """Whether n runs (an early look: fewer than ``rule.min_runs``) pass at once: their
+    noise recorded, and every run inside the limit by :func:`early_offset`. The lowest
+    run decides, so it is monotone. ``guarded`` (while more runs can come): the runs
+    must also not look noisier than recorded (an F test at :data:`EARLY_NOISIER`), and
+    clear the offset sized by their own spread where it is the wider, so runs far
+    noisier than recorded (a host busier than at recording) wait for the usual
+    verdict."""
+    if n not in rule.early_looks or cmp.recorded is None:
+        return False
+    limit = cmp.limit - cmp.host_allowance(rule.near)
+    if cmp.runs[0] <= limit + early_offset(cmp, n, rule):
+        return False
+    if not guarded:
+        return True
+    own = cmp.spread
+    if own is None or cmp.noisier_at(EARLY_NOISIER):
+        return own is None
+    wider = replace(cmp, recorded=Noise(max(own.sigma, cmp.recorded.sigma), cmp.recorded.df))
+    return cmp.runs[0] > limit + early_offset(wider, n, rule)
+
+
+def decide(cmp: Comparison, n: int, rule: Rule, *, explain: bool = True) -> Decision:
     """The verdict of a comparison after n runs, or a request for more runs.
 
     - REGRESSED when so many runs are past the limit (beyond the baseline's own error
@@ -181,11 +270,15 @@ def decide(cmp: Comparison, n: int, rule: Rule) -> Decision:
     - PASS (IMPROVED past the better limit) when the low bound (:func:`lower_bound`) clears
       the limit. Runs noisier than recorded pass only once their number alone decides
       (5 or more at 95%): before, the gate measures again.
+    - PASS early, before ``rule.min_runs``, when the runs agree far inside the limit
+      (:func:`early_pass`: a sequential design whose early looks spend
+      ``rule.early_rate``; the gate study checks the rates).
     - Otherwise more runs, up to ``rule.max_runs``; then TOO NOISY: the runs neither
       clear the limit nor are past it beyond noise.
 
     Every rule reads bounds that rise or stay when any run improves: worsening a run
-    never improves the verdict (``tests/unit/test_stats.py``).
+    never improves the verdict (``tests/unit/test_stats.py``). ``explain``: say why a
+    figure is TOO NOISY (off where only the verdict is wanted).
     """
     runs = cmp.runs
     limit = cmp.limit - cmp.host_allowance(rule.near)
@@ -209,9 +302,14 @@ def decide(cmp: Comparison, n: int, rule: Rule) -> Decision:
         if cmp.drift + t_quantile(0.5 + CONFIDENCE / 2, df) * sd < limit:
             why = f"every run past the limit, and the median's whole {CONFIDENCE:.0%} interval"
             return done("regressed", f"{why}, {beyond}")
-    if n < rule.min_runs:
-        return Decision("pass", "more", "fewer runs than the minimum")
     final = n >= rule.max_runs
+    if n < rule.min_runs:
+        if early_pass(cmp, n, rule, guarded=not final):
+            improved = low > cmp.better
+            why = f"all {n} runs agree, far inside the limit (an early look)"
+            return done("improved" if improved else "pass", why)
+        if not final:
+            return Decision("pass", "more", "fewer runs than the minimum")
     cleared = f"the runs' signed-rank bound (n={n})" if rank else "every run"
     if low > limit:
         if cmp.noisier and not rank and not final:
@@ -224,7 +322,7 @@ def decide(cmp: Comparison, n: int, rule: Rule) -> Decision:
         return done("improved" if improved else "pass", why)
     if not final:
         return Decision("pass", "more", "near the limit: measuring again")
-    return done("too-noisy", too_noisy_why(cmp, n, past, limit, rule))
+    return done("too-noisy", too_noisy_why(cmp, n, past, limit, rule) if explain else "")
 
 
 MOST_RUNS = 100  # runs beyond which no advice counts them: the noise cannot decide
@@ -252,7 +350,7 @@ def baseline_runs_needed(cmp: Comparison, n: int, rule: Rule, recorded: Noise) -
     decided: the baseline's own error shrunk to that of a median of so many runs."""
     for k in range(max(cmp.base_runs, 1) + 1, 31):
         again = replace(cmp, base_error=standard_error(recorded, k), base_runs=k)
-        if decide(again, n, rule).verdict != "too-noisy":
+        if decide(again, n, rule, explain=False).verdict != "too-noisy":
             return k
     return None
 

@@ -129,3 +129,19 @@ def combined_df(runs_var: float, runs_df: float, host_var: float, host_df: float
 
 
 _STANDARD_NORMAL = statistics.NormalDist()
+
+
+def normal_grid(points: int = 41, reach: float = 5.0) -> tuple[tuple[float, float], ...]:
+    """(node, weight) pairs of a standard normal on an even grid over ±``reach`` sd: a
+    fine grid, as the chances averaged over it are steep steps in the shift."""
+    step = 2 * reach / (points - 1)
+    nodes = [-reach + i * step for i in range(points)]
+    weights = [math.exp(-x * x / 2) for x in nodes]
+    total = math.fsum(weights)
+    return tuple((x, w / total) for x, w in zip(nodes, weights, strict=True))
+
+
+def widened(sigma: float, df: float) -> float:
+    """A recorded sd widened to the t distribution's at its degrees of freedom (√2 at 4
+    or fewer), for the chance of one run past a point."""
+    return sigma * (math.sqrt(df / (df - 2)) if df > 4 else math.sqrt(2))

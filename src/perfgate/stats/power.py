@@ -4,10 +4,17 @@ tolerance derived from noise, and the smallest drop the gate fails 95% of the ti
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import lru_cache
 
-from perfgate.stats.decide import Comparison, Rule
-from perfgate.stats.distributions import _STANDARD_NORMAL, VALUE_FLOOR, t_quantile
+from perfgate.stats.decide import Comparison, Rule, early_offset
+from perfgate.stats.distributions import (
+    _STANDARD_NORMAL,
+    VALUE_FLOOR,
+    normal_grid,
+    t_quantile,
+    widened,
+)
 from perfgate.stats.estimate import Direction, Noise, limits, standard_error, walsh_rank
 
 
@@ -15,8 +22,7 @@ def _above(threshold: float, drift: float, noise: Noise) -> float:
     """The chance that one run of a figure whose true drift is ``drift`` lies above
     ``threshold`` (log units), its noise as recorded: normal, with the recorded sigma
     widened to the t distribution's sd at the recording's degrees of freedom."""
-    widen = math.sqrt(noise.df / (noise.df - 2)) if noise.df > 4 else math.sqrt(2)
-    sigma = noise.sigma * widen
+    sigma = widened(noise.sigma, noise.df)
     if sigma <= 0:
         return 1.0 if drift > threshold else 0.0
     return _STANDARD_NORMAL.cdf(max(-40.0, min(40.0, (drift - threshold) / sigma)))
@@ -33,49 +39,57 @@ def _signed_rank_pass(n: int, drift: float, threshold: float, noise: Noise, rule
     return _STANDARD_NORMAL.cdf(max(-40.0, min(40.0, z)))
 
 
-def _pass_at_looks(drift: float, threshold: float, noise: Noise, rule: Rule) -> float:
+def _pass_at_looks(
+    drift: float,
+    threshold: float,
+    noise: Noise,
+    rule: Rule,
+    early: Sequence[tuple[int, float]] = (),
+) -> float:
     """About the chance of passing at some look: every run above ``threshold`` at the
     first look (exact), or the signed-rank bound above it at a later look. The later
     looks share their runs, so their union is taken as the likeliest of them (checked
-    by simulation: ``tests/unit/test_stats.py``)."""
+    by simulation: ``tests/unit/test_stats.py``). ``early``: (runs, threshold) of the
+    looks before the first (:func:`perfgate.stats.decide.early_pass`), added whole."""
     first = max(1, rule.min_runs)
-    early = 0.0 if walsh_rank(first, rule.near) else _above(threshold, drift, noise) ** first
+    sooner = sum(_above(limit, drift, noise) ** n for n, limit in early)
+    sooner += 0.0 if walsh_rank(first, rule.near) else _above(threshold, drift, noise) ** first
     later = [
         _signed_rank_pass(n, drift, threshold, noise, rule)
         for n in range(first, rule.max_runs + 1)
         if walsh_rank(n, rule.near)
     ]
-    return min(1.0, early + max(later, default=0.0))
+    return min(1.0, sooner + max(later, default=0.0))
 
 
-def _normal_grid(points: int = 41, reach: float = 5.0) -> tuple[tuple[float, float], ...]:
-    """(node, weight) pairs of a standard normal on an even grid over ±``reach`` sd: a
-    fine grid, as the chance it averages is a steep step in the shift."""
-    step = 2 * reach / (points - 1)
-    nodes = [-reach + i * step for i in range(points)]
-    weights = [math.exp(-x * x / 2) for x in nodes]
-    total = math.fsum(weights)
-    return tuple((x, w / total) for x, w in zip(nodes, weights, strict=True))
+_NORMAL_NODES = normal_grid()
 
 
-_NORMAL_NODES = _normal_grid()
-
-
-_COARSE_NODES = _normal_grid(21, 4.5)  # enough where the shift is no wider than the noise
+_COARSE_NODES = normal_grid(21, 4.5)  # enough where the shift is no wider than the noise
 
 
 def pass_chance(
-    drift: float, limit: float, noise: Noise, margin: float, rule: Rule, base_error: float = 0.0
+    drift: float,
+    limit: float,
+    noise: Noise,
+    margin: float,
+    rule: Rule,
+    base_error: float = 0.0,
+    early: Sequence[tuple[int, float]] = (),
 ) -> float:
     """About the chance that a figure whose true drift is ``drift`` passes
     against ``limit`` (log units, higher is better), its runs as noisy as recorded: the
     union over the looks (:func:`_pass_at_looks`) of its bound clearing the limit,
     averaged over the baseline's own error (``base_error``, sd of ln: a baseline that
-    read high moves every run's drift down alike)."""
+    read high moves every run's drift down alike). ``early``: (runs, how far inside the
+    limit every run must be) of the early looks."""
     total = 0.0
     nodes = _NORMAL_NODES if base_error > noise.sigma else _COARSE_NODES
+    looks = [(n, limit + offset) for n, offset in early]
     for node, weight in nodes if base_error > 0 else ((0.0, 1.0),):
-        total += weight * _pass_at_looks(drift - node * base_error, limit + margin, noise, rule)
+        total += weight * _pass_at_looks(
+            drift - node * base_error, limit + margin, noise, rule, looks
+        )
     return total
 
 
@@ -171,9 +185,10 @@ def detectable_drop(
     spread = math.sqrt(base**2 + host_sigma**2)
     low, high = limit - 50 * noise.sigma - 1.0, 0.0  # drift caught .. drift missed
     margin = cmp.margin(rule.near)
+    early = [(n, early_offset(cmp, n, rule)) for n in rule.early_looks]
     for _ in range(18):
         mid = (low + high) / 2
-        if pass_chance(mid, limit, noise, margin, rule, spread) <= 1 - confidence:
+        if pass_chance(mid, limit, noise, margin, rule, spread, early) <= 1 - confidence:
             low = mid
         else:
             high = mid
