@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -354,6 +353,18 @@ def test_single_request_rounds_go_through_pytest_benchmark(tmp_path):
 def test_golden_outputs_catch_same_speed_different_answers(tmp_path):
     """A quantized KV cache (a plausible engine-upgrade default change) keeps the speed
     but changes greedy answers: the recorded golden outputs catch it."""
+    # this host's own golden outputs, recorded first from the healthy server: never
+    # another host's (the shipped ones are AMD's; an Intel host has none and skips)
+    bdir = tmp_path / "baselines"
+    (tmp_path / "healthy").mkdir()
+    healthy = profile_toml({}, tmp_path / "healthy")
+    first = run_pytest(
+        "-m", "correctness", "-k", "golden", f"--perf-profile={healthy}",
+        "--perf-update-baselines", baselines_option(bdir), f"--perf-output={tmp_path / 'o0'}",
+    )  # fmt: skip
+    assert first.returncode == 0, first.stdout + first.stderr
+    golden_files = sorted((bdir / "llamacpp-gemma3-270m").glob("*.golden.json"))
+    assert len(golden_files) == 1, golden_files
     changed = profile_toml(
         {"metrics = true": 'metrics = true, cache-type-k = "q4_0", cache-type-v = "q4_0"'},
         tmp_path,
@@ -364,6 +375,7 @@ def test_golden_outputs_catch_same_speed_different_answers(tmp_path):
         "-k",
         "golden",
         f"--perf-profile={changed}",
+        baselines_option(bdir),
         f"--perf-output={tmp_path / 'out'}",
     )
     out = result.stdout + result.stderr
@@ -373,9 +385,6 @@ def test_golden_outputs_catch_same_speed_different_answers(tmp_path):
     assert re.search(r"golden greedy outputs: \d+% match, \d of them near-tie flips \(minimum", out)
     assert "differs at character" in out and "> tie margin 0.2" in out
     # recording over changed answers is refused unless they are accepted explicitly
-    bdir = tmp_path / "baselines"
-    shutil.copytree(ROOT / "baselines" / "llamacpp-gemma3-270m", bdir / "llamacpp-gemma3-270m")
-    golden_files = sorted((bdir / "llamacpp-gemma3-270m").glob("*.golden.json"))
     before = [f.read_text() for f in golden_files]
     args = ("-m", "perf", "-k", "golden", f"--perf-profile={changed}", "--perf-update-baselines")
     refused = run_pytest(*args, baselines_option(bdir), f"--perf-output={tmp_path / 'o2'}")
