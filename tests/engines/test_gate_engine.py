@@ -16,7 +16,10 @@ def sweep_profile(repeats=1, max_extra=0):
     workload = profile.workload.model_copy(
         update={"input_len": 64, "output_len": 32, "levels": [1, 2, 4, 8], "rounds": 2, "warmup": 1}
     )
-    gate = profile.gate.model_copy(update={"repeats": repeats, "max_extra_repeats": max_extra})
+    # no early look (gate.min_repeats past repeats): each level runs exactly as asked
+    gate = profile.gate.model_copy(
+        update={"repeats": repeats, "max_extra_repeats": max_extra, "min_repeats": 99}
+    )
     return profile.model_copy(update={"workload": workload, "gate": gate}).with_server_args(
         **ONE_THREAD
     )
