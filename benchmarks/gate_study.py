@@ -216,17 +216,10 @@ def manual_trial(args: tuple[int, float, bool]) -> tuple[bool, bool, float, int]
         exp = baseline.metrics[key]
         assert exp.detectable is not None
         slow = {FIGURE: exp.value * (1 - exp.detectable) / 100.0}
-    m = Measurement()
-    for c in planned["sweep"]:
-        runs: list[LevelData] = []
-        while True:
-            runs.append(synthetic_run(c, rng, cv, slow if c == 1 else {}))
-            if POLICY.after_level("sweep", runs, baseline) == "next":
-                break
-        m.levels += runs
-    verdicts = {c.key: c.verdict for c in POLICY.judge({"sweep": m}, baseline, planned).checks}
+    counts: list[int] = []
+    verdicts = run_gate(rng, cv, planned, baseline, slow, False, counts)
     bad = failed(verdicts)
-    return bool(bad), key in bad, tolerance, len(m.by_concurrency()[1])
+    return bool(bad), key in bad, tolerance, counts[0]
 
 
 def manual_rows(pool: ProcessPoolExecutor, trials_null: int, trials_hit: int) -> None:
