@@ -308,8 +308,10 @@ def small_profile(**server_args: object) -> Profile:
     return profile.with_server_args(**{**ONE_THREAD, **server_args})
 
 
-def session_for(profile: Profile, tmp_path: Path, progress=None) -> PerfgateSession:
-    """A session on ``profile`` writing under ``tmp_path``."""
+def session_for(
+    profile: Profile, tmp_path: Path, progress=None, base_url: str | None = None
+) -> PerfgateSession:
+    """A session on ``profile`` writing under ``tmp_path`` (``base_url``: attached there)."""
     from perfgate.run.session import PerfgateSession
 
     return PerfgateSession(
@@ -318,6 +320,7 @@ def session_for(profile: Profile, tmp_path: Path, progress=None) -> PerfgateSess
         baselines_dir=tmp_path / "baselines",
         output_dir=tmp_path / "out",
         progress=progress or (lambda _: None),
+        base_url=base_url,
     )
 
 

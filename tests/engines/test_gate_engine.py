@@ -7,7 +7,7 @@ from __future__ import annotations
 from perfgate.gate.values import measurement_values
 from perfgate.profile import DEFAULT_PROFILE, load_profile
 from perfgate.run.session import PerfgateSession
-from perfgate.run.state import GateOptions
+from perfgate.run.settings import GateOptions
 from tests.helpers import ONE_THREAD, ROOT
 
 

@@ -15,12 +15,14 @@ shipped file of another host or day.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from perfgate.sim import Fault, FaultRule, SimConfig, SimProcess
-from tests.helpers import run_pytest, runs_in
+from tests.helpers import ROOT, run_pytest, runs_in
 
 # TTFT 50 ms, then 16 tokens 20 ms apart: 0.35 s a request, long beside a busy host's
 # scheduling delays (milliseconds), which the gate sees as noise
@@ -152,3 +154,37 @@ def test_runs_that_disagree_fail_as_too_noisy_with_their_own_exit_code(recorded,
     assert "TOO NOISY: the runs neither clear the limit" in out
     assert "too noisy to decide after 3 runs" in checks[noisy[0]]["why"]
     assert "measure on a quieter host" in checks[noisy[0]]["why"]
+
+
+SCRIPT = ROOT / "docs" / "examples" / "gate_script.py"  # the session driven without pytest
+
+
+def test_a_script_without_pytest_gates_as_pytest_does(recorded, tmp_path):
+    """docs/examples/gate_script.py drives the session with no pytest at all. Against the
+    same server as `pytest -m perf` (decoding 2.5x slower), the same figures regress, with
+    the same exit code; the script prints the same failure text."""
+    profile, baselines = recorded
+    with SimProcess(HEALTHY.with_changes(itl_s=0.05)) as sim:
+        code, out, checks = gate(profile, baselines, sim, tmp_path / "pytest")
+        argv = [str(profile), "--base-url", sim.base_url, "--baselines", str(baselines)]
+        script = subprocess.run(
+            [sys.executable, str(SCRIPT), *argv, "--output", str(tmp_path / "script")],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=600,
+        )
+    said = script.stdout + script.stderr
+    runs = runs_in(tmp_path / "script")
+    scripted = {c["key"]: c for c in json.loads(runs[-1].read_text())["checks"]} if runs else {}
+
+    def regressed(found: dict) -> list[str]:
+        return sorted(k for k, c in found.items() if c["verdict"] == "regressed")
+
+    assert code == 1 and script.returncode == code, said + out
+    assert set(scripted) == set(checks), said
+    # (figures that the 2.5x slower decoding leaves near their limit, as TTFT's, may
+    # pass in one run and be too noisy in the other: compared are the regressed ones)
+    assert regressed(checks) and regressed(scripted) == regressed(checks), said
+    assert "single.c1.per_request_tok_s: measured" in said and "REGRESSED" in said, said
+    assert "perfgate: run JSON written to" in said, said

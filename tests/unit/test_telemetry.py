@@ -158,14 +158,13 @@ def test_a_session_without_a_gpu_notes_it_once(tmp_path, monkeypatch):
 
     said = []
     session = session_for(small_profile(), tmp_path, progress=said.append)
-    monkeypatch.setattr("perfgate.run.backend.open_nvml", lambda: open_nvml("perfgate_no_nvml"))
-    assert session.gpu_sampler() is None and session.gpu_sampler() is None
+    monkeypatch.setattr("perfgate.run.server.open_nvml", lambda: open_nvml("perfgate_no_nvml"))
+    assert session.server.gpu_sampler() is None and session.server.gpu_sampler() is None
     notes = [n for n in session.run.notes if n.startswith("no GPU telemetry")]
     assert len(notes) == 1 and "NVML is not installed" in notes[0]
     assert said == [f"perfgate: {notes[0]}"]
-    remote = session_for(small_profile(), tmp_path)
-    remote.base_url = "http://10.1.2.3:8000"
-    assert remote.gpu_sampler() is None
+    remote = session_for(small_profile(), tmp_path, base_url="http://10.1.2.3:8000")
+    assert remote.server.gpu_sampler() is None
     assert any("not on this host" in n for n in remote.run.notes)
 
 

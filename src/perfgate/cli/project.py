@@ -119,7 +119,7 @@ def _record_imported(args: argparse.Namespace, run: RunRecord, out: Path) -> int
     from perfgate import __version__
     from perfgate.gate.baseline import baseline_path, save_baseline
     from perfgate.launch.hardware import describe_local_hardware
-    from perfgate.run.state import gate_policy
+    from perfgate.run.settings import gate_policy
 
     if not args.profile:
         print("perfgate import: --update-baselines needs --profile NAME", file=sys.stderr)

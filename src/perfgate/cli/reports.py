@@ -38,7 +38,7 @@ def _baseline_rederive(args: argparse.Namespace) -> int:
     from perfgate import __version__
     from perfgate.gate.baseline import ANY_HARDWARE, baseline_path, save_baseline
     from perfgate.gate.recording import diff_lines
-    from perfgate.run.state import gate_policy
+    from perfgate.run.settings import gate_policy
 
     directory = Path(args.baselines_dir)
     profile = load_profile(args.profile, Path(args.profiles_dir))
@@ -86,7 +86,7 @@ def _baseline_show(args: argparse.Namespace) -> int:
         )
         return 1
     from perfgate.gate.recording import supported_for, too_tight
-    from perfgate.run.state import gate_policy
+    from perfgate.run.settings import gate_policy
 
     try:
         profile = load_profile(args.profile, Path(args.profiles_dir))

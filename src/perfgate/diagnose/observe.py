@@ -14,6 +14,7 @@ import httpx
 from perfgate.diagnose.measured import gpu_facts, spec_facts
 from perfgate.diagnose.server import server_facts
 from perfgate.engines import Engine, Fact, Facts, SpecCounters, parse_spec_counters
+from perfgate.http_clients import NETWORK, HttpClients
 from perfgate.launch import Backend
 from perfgate.measure.data import Measurement
 from perfgate.measure.metrics import LevelMetrics, SpecStats
@@ -22,8 +23,15 @@ from perfgate.measure.metrics import LevelMetrics, SpecStats
 class SpecWindow:
     """Speculative-decoding counter deltas over exactly the measured part of a level."""
 
-    def __init__(self, engine: Engine, base_url: str, headers: dict[str, str]) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        base_url: str,
+        headers: dict[str, str],
+        clients: HttpClients = NETWORK,
+    ) -> None:
         self.engine = engine
+        self.clients = clients
         self.base_url = base_url
         self.headers = headers  # the server's API key and extra headers
         self.before: SpecCounters | None = None
@@ -33,7 +41,7 @@ class SpecWindow:
             return None
         if text is not None:  # read already (the server-metrics sampler's read)
             return parse_spec_counters(text, self.engine.spec_prefix)
-        with httpx.Client(base_url=self.base_url, timeout=10.0, headers=self.headers) as c:
+        with self.clients.client(self.base_url, timeout=10.0, headers=self.headers) as c:
             return self.engine.spec_counters(c)
 
     def open(self, text: str | None = None) -> None:
@@ -64,6 +72,7 @@ def read_facts(
     log: str,
     previous: Facts,
     measurements: Mapping[str, Measurement],
+    clients: HttpClients = NETWORK,
 ) -> Facts:
     """The server's configuration facts now: command line, endpoints, log, measured
     acceptance (later sources win). Endpoint facts of ``previous`` are kept, as a stopped
@@ -77,8 +86,8 @@ def read_facts(
         facts.update(engine.command_facts(backend.argv))
         if backend.alive():
             try:
-                with httpx.Client(
-                    base_url=backend.base_url, timeout=10.0, headers=backend.headers
+                with clients.client(
+                    backend.base_url, timeout=10.0, headers=backend.headers
                 ) as client:
                     facts.update(engine.endpoint_facts(client))
             except httpx.HTTPError:
@@ -91,7 +100,11 @@ def read_facts(
 
 
 def rejected_extras(
-    base_url: str, model: str, extras: dict[str, Any], headers: dict[str, str] | None = None
+    base_url: str,
+    model: str,
+    extras: dict[str, Any],
+    headers: dict[str, str] | None = None,
+    clients: HttpClients = NETWORK,
 ) -> str | None:
     """Why a server refuses the request fields that force output length (None: it takes
     them, or could not be asked; measuring then reports the failure with its evidence)."""
@@ -99,7 +112,7 @@ def rejected_extras(
         return None
     body = {"model": model, "prompt": "Hello", "max_tokens": 1, **extras}
     try:
-        with httpx.Client(base_url=base_url, timeout=30.0, headers=headers) as client:
+        with clients.client(base_url, timeout=30.0, headers=headers) as client:
             response = client.post("/v1/completions", json=body)
     except httpx.HTTPError:
         return None

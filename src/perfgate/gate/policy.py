@@ -209,7 +209,8 @@ class GatePolicy:
                     key, values[key], exp, self.rule(baseline, n), another_host=self.another_host
                 )[0]
                 parsed = parse_key(key)
-                error = bounds.get((parsed.measurement, parsed.concurrency))
+                level = parsed.concurrency  # None (measurement-wide) has no bound
+                error = None if level is None else bounds.get((parsed.measurement, level))
                 checks.append(harness_verdict(check, error) if parsed.figure.timing else check)
             else:
                 checks.append(missing(key, missing_reason(key, measurements, planned), exp))

@@ -123,10 +123,12 @@ def run_values(
     return out
 
 
-def timing_error_bounds(measurements: dict[str, Measurement]) -> dict[tuple[str, int], float]:
+def timing_error_bounds(
+    measurements: dict[str, Measurement],
+) -> dict[tuple[str, int | float], float]:
     """The harness's timing error bound of each (measurement, level): the largest of its
     runs' loop-lag 99th percentiles (levels run without a monitor are left out)."""
-    out: dict[tuple[str, int], float] = {}
+    out: dict[tuple[str, int | float], float] = {}
     for name, measurement in measurements.items():
         for c, runs in measurement.by_concurrency().items():
             bounds = [r.harness.error_bound_s for r in runs if r.harness is not None]

@@ -44,7 +44,7 @@ class Check(BaseModel):
     @property
     def past_limit(self) -> bool:
         """Whether the median is past the limit (a pass then means: within noise)."""
-        if self.limit is None:
+        if self.limit is None or self.measured is None:
             return False
         return (
             self.measured < self.limit if self.direction == "higher" else self.measured > self.limit

@@ -9,10 +9,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlparse
 
-import httpx
-
 from perfgate.engines import Engine
 from perfgate.errors import ReadinessTimeout
+from perfgate.http_clients import NETWORK, HttpClients
 from perfgate.launch.base import Clock, Sleep, probe_ready, read_log, tail
 from perfgate.launch.hardware import describe_local_hardware, is_this_machine
 
@@ -38,7 +37,9 @@ class AttachedBackend:
         log_path: Path | None = None,
         env: Mapping[str, str] | None = None,
         headers: dict[str, str] | None = None,
+        clients: HttpClients = NETWORK,
     ) -> None:
+        self.clients = clients  # how it is reached (tests: an injected transport)
         self.base_url = base_url.rstrip("/")
         self.headers = dict(headers or {})
         self.engine = engine
@@ -64,7 +65,7 @@ class AttachedBackend:
         self, timeout_s: float, *, clock: Clock = time.monotonic, sleep: Sleep = time.sleep
     ) -> None:
         deadline = clock() + timeout_s
-        with httpx.Client(base_url=self.base_url, timeout=10.0, headers=self.headers) as client:
+        with self.clients.client(self.base_url, timeout=10.0, headers=self.headers) as client:
             while (why := probe_ready(client, self.engine, self.model)) is not None:
                 if clock() >= deadline:
                     raise ReadinessTimeout(

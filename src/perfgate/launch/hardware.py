@@ -184,6 +184,7 @@ def cpu_isa(flags: set[str]) -> str:
 def hardware_key(hardware: Mapping[str, object]) -> str:
     """A short file-name-safe key: ``2x-nvidia-rtx-a6000`` or ``cpu-2x-amd-epyc-avx512``."""
     gpus = hardware.get("gpu_names") or []
+    count: object  # a GPU count, or the probed CPU count as given
     if isinstance(gpus, list) and gpus:
         name, count = str(gpus[0]), len(gpus)
         prefix = ""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import MutableSequence, Sequence
 from typing import Any
 
 from perfgate.client import RequestRecord
@@ -82,7 +82,7 @@ class RayLink:
         self._actor = actor
         self.place_timeout_s = place_timeout_s
         self._placed = False
-        self.counts: list[int] = [0, 0]
+        self.counts: MutableSequence[int] = [0, 0]
         self.clock_error_s = 0.0
         self._offset_s = 0.0
 

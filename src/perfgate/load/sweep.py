@@ -25,7 +25,7 @@ from perfgate.load.level import (
     run_rate_level,
 )
 from perfgate.load.shards import ShardPool
-from perfgate.load.workers import RequestPlan, WireWorkers
+from perfgate.load.workers import RequestPlan, WireWorkers, Workers
 from perfgate.workload.prompts import Prompt
 
 Decision = Literal["next", "repeat", "stop"]  # after a level's run: what the sweep does
@@ -72,6 +72,7 @@ async def run_sweep(
     processes: int | Literal["auto"] = "auto",
     rate_shape: RateShape | None = None,
     pool_for: Callable[[str], ShardPool] = ShardPool,
+    workers_for: Callable[[str], Workers] = WireWorkers,
 ) -> SweepRun:
     """Run levels in order, each worker on its own connection for the whole sweep. A
     float level is a request rate, run open-loop on ``rate_shape``'s schedule
@@ -83,40 +84,57 @@ async def run_sweep(
     ``processes``: client processes, or ``"auto"``: one, and more once one could not
     keep up (:func:`client_processes`; at most the pool's :meth:`ShardPool.max_shards`).
     ``pool_for(base_url)``: the shards' pool (client processes on this host, or
-    :class:`perfgate.load.rayshards.RayShardPool`).
+    :class:`perfgate.load.rayshards.RayShardPool`). ``workers_for(base_url)``: this
+    process's workers (lean wire connections; tests: httpx on an injected transport).
     """
     done: list[LevelRun] = []
     pool = pool_for(base_url)
     limit = pool.max_shards() if processes == "auto" else processes
     current = 1 if processes == "auto" else processes
     try:
-        async with WireWorkers(base_url) as workers:
+        workers = workers_for(base_url)
+        try:
             for position, concurrency in enumerate(levels):
                 runs: list[LevelRun] = []
                 while True:
                     prompts = prompts_for(concurrency, len(runs))
-                    common = {
-                        "concurrency": concurrency,
-                        "warmup": warmup,
-                        "level_timeout_s": level_timeout_s,
-                        "on_record": on_record,
-                        "on_measure_start": on_measure_start,
-                        "on_progress": on_progress,
-                    }
                     if isinstance(concurrency, float):
-                        del common["concurrency"]
                         level = await run_rate_level(
                             workers,
                             plan,
                             prompts,
                             rate=concurrency,
                             shape=rate_shape or RateShape(),
-                            **common,
+                            warmup=warmup,
+                            level_timeout_s=level_timeout_s,
+                            on_record=on_record,
+                            on_measure_start=on_measure_start,
+                            on_progress=on_progress,
                         )
                     elif current > 1 and concurrency > 1 and not any(p.history for p in prompts):
-                        level = await pool.run_level(plan, prompts, shards=current, **common)
+                        level = await pool.run_level(
+                            plan,
+                            prompts,
+                            shards=current,
+                            concurrency=concurrency,
+                            warmup=warmup,
+                            level_timeout_s=level_timeout_s,
+                            on_record=on_record,
+                            on_measure_start=on_measure_start,
+                            on_progress=on_progress,
+                        )
                     else:
-                        level = await run_level(workers, plan, prompts, **common)
+                        level = await run_level(
+                            workers,
+                            plan,
+                            prompts,
+                            concurrency=concurrency,
+                            warmup=warmup,
+                            level_timeout_s=level_timeout_s,
+                            on_record=on_record,
+                            on_measure_start=on_measure_start,
+                            on_progress=on_progress,
+                        )
                     runs.append(level)
                     done.append(level)
                     if on_level is not None:
@@ -128,6 +146,8 @@ async def run_sweep(
                         return SweepRun(levels=done, not_run=list(levels[position + 1 :]))
                     if decision == "next":
                         break
+        finally:
+            await workers.aclose()
     finally:
         pool.close()
     return SweepRun(levels=done, not_run=[])

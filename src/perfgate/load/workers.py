@@ -213,10 +213,10 @@ class SequentialClient:
     """Blocking requests one after another on one kept connection (the single-request
     measurement, where each request is a pytest-benchmark round). Close it when done."""
 
-    def __init__(self, base_url: str, plan: RequestPlan) -> None:
+    def __init__(self, base_url: str, plan: RequestPlan, workers: Workers | None = None) -> None:
         self.plan = plan
         self._loop = asyncio.new_event_loop()
-        self._workers = WireWorkers(base_url)
+        self._workers = workers if workers is not None else WireWorkers(base_url)
         self.sent = 0
 
     def send(

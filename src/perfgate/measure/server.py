@@ -17,6 +17,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from perfgate.engines.server_metrics import COUNTERS, GAUGES, MetricMap, Reading, read_metrics
+from perfgate.http_clients import NETWORK, HttpClients
 from perfgate.measure.metrics import LevelMetrics
 
 MILLISECONDS = 1000
@@ -111,11 +112,11 @@ Fetch = Callable[[], str | None]
 
 
 def http_fetch(
-    base_url: str, path: str, headers: dict[str, str]
+    base_url: str, path: str, headers: dict[str, str], clients: HttpClients = NETWORK
 ) -> tuple[Fetch, Callable[[], None]]:
     """A fetch of the server's metrics text over one kept-alive connection (None: the read
     failed), and the function that closes it."""
-    client = httpx.Client(base_url=base_url, timeout=5.0, headers=headers)
+    client = clients.client(base_url, timeout=5.0, headers=headers)
 
     def fetch() -> str | None:
         try:

@@ -13,7 +13,6 @@ import pytest
 
 import perfgate.suites
 from perfgate.errors import PerfgateError
-from perfgate.gate.policy import exit_code
 from perfgate.plugin.options import (
     RENAMED_OPTIONS,
     _display_mode,
@@ -137,12 +136,11 @@ def pytest_runtest_makereport(
     report = yield
     session = item.config.stash.get(SESSION_KEY, None)
     if session is not None and report.failed and item.get_closest_marker("correctness"):
-        if item.nodeid not in session.correctness_failures:
-            session.correctness_failures.append(item.nodeid)
-        if item.get_closest_marker("usability") and item.nodeid not in session.unusable:
-            session.unusable.append(item.nodeid)
-        if report.when == "call":  # the check ran: not a server that never answered
-            session.answered_wrongly = True
+        session.correctness_failed(
+            item.nodeid,
+            usability=item.get_closest_marker("usability") is not None,
+            ran=report.when == "call",  # the check ran: not a server that never answered
+        )
     return report
 
 
@@ -151,46 +149,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     perf = session.config.stash.get(SESSION_KEY, None)
     if perf is None:
         return
-    perf.stop_backend()
-    if perf.backend is None and not perf.run.measurements:
-        return  # nothing of this run touched a server
-    lines = session.config.stash[SUMMARY_KEY]
-    status = {0: "passed", 2: "interrupted"}.get(int(exitstatus), "failed")
-    if perf.perf_selected and not perf.update_baselines and perf.baseline is not None:
-        perf.run.checks = perf.verdicts().checks  # every baseline figure, deselected included
-    perf.apply_creep_rule()  # may turn passing figures to CREEP
-    if any(c.failed for c in perf.run.checks) and status == "passed":
-        status = "failed"
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    perf.finish(status)
-    if perf.update_baselines:
-        lines.extend(perf.record_baseline())
-        if perf.recording_refused and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # asked to record; wrote nothing
-    if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
-        no_baseline = (
-            perf.perf_selected
-            and bool(perf.hardware_key)  # the baseline was looked for
-            and perf.baseline is None
-            and not perf.update_baselines
-            and not perf.options.allow_no_baseline
-        )
-        session.exitstatus = exit_code(
-            int(session.exitstatus),
-            perf.run.checks,
-            correctness_failed=perf.answered_wrongly,
-            no_baseline=no_baseline,
-        )
-    lines.append(f"perfgate: run JSON written to {perf.run_path}")
-    lines.extend(perf.append_history())
     summaries = [Path(p) for p in (_setting(session.config, "perfgate_summary"),) if p]
     if github := os.environ.get("GITHUB_STEP_SUMMARY"):
         summaries.append(Path(github))
-    summaries = list(dict.fromkeys(p.resolve() for p in summaries))  # each file once
-    lines.extend(
-        perf.write_reports(
-            summary_paths=summaries,
-            plots=not _setting(session.config, "perfgate_no_plots"),
-            artifact_url=_github_run_url(),
-        )
+    outcome = perf.conclude(
+        int(exitstatus),
+        summary_paths=list(dict.fromkeys(p.resolve() for p in summaries)),  # each file once
+        plots=not _setting(session.config, "perfgate_no_plots"),
+        artifact_url=_github_run_url(),
     )
+    session.exitstatus = outcome.exit_code
+    session.config.stash[SUMMARY_KEY].extend(outcome.lines)

@@ -10,7 +10,7 @@ import pytest
 
 from perfgate.profile import DEFAULT_PROFILE
 from perfgate.render.live import Mode, ProgressView
-from perfgate.run.state import GateOptions
+from perfgate.run.settings import GateOptions
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -73,5 +73,6 @@ def redact_tree(value: object, name: str = "") -> object:
         return {k: redact_tree(v, str(k)) for k, v in value.items()}
     if isinstance(value, list):
         items = [redact_tree(v) for v in value]
-        return redact_argv(items) if all(isinstance(v, str) for v in items) else items
+        argv = [v for v in items if isinstance(v, str)]
+        return redact_argv(argv) if len(argv) == len(items) else items
     return value

@@ -10,7 +10,7 @@ from perfgate.render.markdown import markdown_summary
 from perfgate.results.fleet import FleetResult
 from perfgate.results.run import RunRecord
 
-GATE_FAILURES = {  # pytest -m perf's exit codes of a failed gate (docs/verdicts.md)
+GATE_FAILURES: dict[int, str] = {  # pytest -m perf's exit codes of a failed gate (docs/verdicts.md)
     GateExit.REGRESSED: "regressed",
     GateExit.TOO_NOISY: "too noisy",
     GateExit.MISSING: "a figure missing, or no baseline",

@@ -16,6 +16,7 @@ import httpx
 
 from perfgate.engines import Engine
 from perfgate.gate.values import level_name
+from perfgate.http_clients import NETWORK, HttpClients
 from perfgate.profile import Profile
 from perfgate.render.live import ProgressView
 from perfgate.workload.kinds import Draw, PromptKind, prompt_kind
@@ -38,7 +39,9 @@ class PromptSource:
         view: ProgressView,
         degraded: Callable[[str], None],
         nonce: str = "",
+        clients: HttpClients = NETWORK,
     ) -> None:
+        self.clients = clients  # how the server's tokenizer is reached
         self.profile = profile
         self.engine = engine
         self.root = root  # a dataset path is relative to it
@@ -69,7 +72,7 @@ class PromptSource:
         w = self.profile.workload
         key = f"{w.seed}:{name}:{concurrency}:{repeat}{self.nonce}"
         seed = random.Random(key).getrandbits(32)
-        with httpx.Client(base_url=base_url, timeout=30.0, headers=headers) as client:
+        with self.clients.client(base_url, timeout=30.0, headers=headers) as client:
             return self.kind.draw(
                 Draw(
                     client=client,

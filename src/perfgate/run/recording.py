@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perfgate import __version__
-from perfgate.correctness.golden import compare_golden, golden_path, save_golden
+from perfgate.correctness.golden import GoldenOutputs, compare_golden, golden_path, save_golden
 from perfgate.errors import BaselineError
 from perfgate.gate.baseline import save_baseline
 from perfgate.gate.creep import apply_creep_rule
@@ -16,12 +16,41 @@ from perfgate.gate.values import run_values
 from perfgate.render.markdown import markdown_summary
 from perfgate.render.plots.charts import render_run_plots
 from perfgate.render.plots.common import PlotsUnavailable, load_baseline_run
-from perfgate.results.history import append_entry, entry_from_run, history_path
-from perfgate.run.state import SessionState
+from perfgate.results.history import (
+    HistoryEntry,
+    append_entry,
+    entry_from_run,
+    history_path,
+    load_history,
+)
+from perfgate.results.run import RunRecord
+from perfgate.run.baselines import BaselineChoice
+from perfgate.run.settings import RunSettings
 
 
-class Recording(SessionState):
-    """Recording baselines and golden outputs; the history; the reports."""
+class Recorder:
+    """What a run leaves behind, from its record: a new baseline and golden outputs (when
+    asked), the history line, the plots and the Markdown summary."""
+
+    def __init__(
+        self, settings: RunSettings, choice: BaselineChoice, run: RunRecord, run_path: Path
+    ) -> None:
+        self.settings = settings
+        self.profile = settings.profile
+        self.choice = choice
+        self.run = run
+        self.run_path = run_path
+        self.golden_outputs: GoldenOutputs | None = None  # produced by this run
+        self.refused = False  # --perf-update-baselines wrote nothing: the build fails
+        # the earlier runs the slow-creep rule reads: checked now, before any server starts
+        self.history: list[HistoryEntry] = (
+            load_history(history_path(settings.history_dir, settings.profile.name))
+            if settings.profile.gate.creep_runs
+            else []
+        )
+
+    def _relative(self, path: Path) -> str:
+        return self.settings.relative(path)
 
     def record_baseline(self) -> list[str]:
         """Write a new baseline from this run, all or nothing; returns the lines to print.
@@ -30,16 +59,15 @@ class Recording(SessionState):
         merged into the existing baseline (figures it did not measure are kept).
         """
         refuse = "perfgate: baseline NOT updated: "
-        problems = self.policy.recording_problems(
-            self.run.measurements,
-            status=self.run.status,
-            correctness_failures=self.correctness_failures,
+        choice, run = self.choice, self.run
+        problems = choice.policy.recording_problems(
+            run.measurements, status=run.status, correctness_failures=run.correctness_failures
         )
         golden_only = (
             not self.run.measurements
             and self.golden_outputs is not None
             and self.run.status == "passed"
-            and not self.correctness_failures
+            and not self.run.correctness_failures
         )
         if problems and golden_only:  # e.g. `pytest -m correctness --perf-update-baselines`
             return [
@@ -47,31 +75,31 @@ class Recording(SessionState):
                 *self._record_golden(),
             ]
         if problems:
-            self.recording_refused = True
+            self.refused = True
             lines = [refuse + problems[0], *(f"  also: {p}" for p in problems[1:])]
             regressed = [c.key for c in self.run.checks if c.verdict == "regressed"]
-            exact = self.baseline_tier == "exact"
-            if regressed and exact and not self.correctness_failures:
+            exact = choice.tier == "exact"
+            if regressed and exact and not self.run.correctness_failures:
                 named = ", ".join(regressed[:3]) + (", ..." if len(regressed) > 3 else "")
                 lines.append(
-                    f"  it regressed against {self._relative(self.baseline_path)} ({named}). "
+                    f"  it regressed against {self._relative(choice.path)} ({named}). "
                     "To accept slower figures on purpose, remove that file (git keeps the old "
                     "one) and record again."
                 )
             return lines
-        previous = self.known_baselines.get(self.hardware_key)
-        kept_run = self.baseline_path.with_suffix(".run.json.gz")
+        previous = choice.known.get(choice.hardware_key)
+        kept_run = choice.path.with_suffix(".run.json.gz")
         try:
             recorded = build_baseline(
                 self.profile.name,
-                self.hardware_key,
-                run_values(self.run.measurements, self.policy.chosen(previous)),
+                choice.hardware_key,
+                run_values(self.run.measurements, choice.policy.chosen(previous)),
                 previous,
-                rule=self.policy.rule(None),
-                tolerance=self.options.tolerance,
+                rule=choice.policy.rule(None),
+                tolerance=self.settings.options.tolerance,
                 facts=self.run.facts,
                 min_tolerance=self.profile.gate.min_tolerance,
-                host_id=str(self.hardware.get("host_id") or ""),
+                host_id=str(choice.hardware.get("host_id") or ""),
                 provenance={
                     "perfgate_version": __version__,
                     "git_commit": self.run.git_commit,
@@ -80,24 +108,24 @@ class Recording(SessionState):
                     "engine": self.run.engine,
                     "engine_version": self.run.engine_version,
                     "model": self.profile.model.name,
-                    "hardware": self.hardware,
+                    "hardware": choice.hardware,
                     "run_json": self._relative(kept_run),
                 },
             )
         except BaselineError as exc:
-            self.recording_refused = True
+            self.refused = True
             return [refuse + str(exc)]
-        save_baseline(self.baseline_path, recorded.baseline)
+        save_baseline(choice.path, recorded.baseline)
         self.run.write_compressed(kept_run)  # the raw records, compact, beside the figures
         lines = [
-            f"perfgate: baseline written to {self._relative(self.baseline_path)} "
+            f"perfgate: baseline written to {self._relative(choice.path)} "
             f"({len(recorded.baseline.metrics)} figures; tolerances from "
-            f"{self.repeats} runs a level):",
+            f"{self.settings.repeats} runs a level):",
             *diff_lines(previous, recorded),
             *too_tight(recorded.baseline, recorded.supported),
         ]
         lines += self._record_golden()
-        # self.baseline stays the old one: the summary table shows old vs measured
+        # choice.baseline stays the old one: the summary table shows old vs measured
         return lines
 
     def _record_golden(self) -> list[str]:
@@ -106,11 +134,9 @@ class Recording(SessionState):
         if self.golden_outputs is None:
             return []
         lines = []
-        path = golden_path(self.baseline_path)
-        if self.golden is not None:  # the file recording replaces, read at start
-            changed = [
-                d for d in compare_golden(self.golden, self.golden_outputs.outputs) if not d.exact
-            ]
+        path = golden_path(self.choice.path)
+        if (old := self.choice.golden) is not None:  # the file recording replaces
+            changed = [d for d in compare_golden(old, self.golden_outputs.outputs) if not d.exact]
             lines += [f"perfgate: golden output changed: {d.message()}" for d in changed]
         save_golden(path, self.golden_outputs)
         lines.append(
@@ -124,20 +150,20 @@ class Recording(SessionState):
         passing figures that have been worse than the baseline by more than the margin
         for that many runs in a row, in the profile's history, become CREEP."""
         gate = self.profile.gate
-        if gate.creep_runs and self.run.checks and not self.update_baselines:
+        if gate.creep_runs and self.run.checks and not self.settings.update_baselines:
             self.run.checks = apply_creep_rule(
                 self.run.checks,
                 self.history,
                 runs=gate.creep_runs,
                 margin=gate.creep_margin,
-                hardware_key=self.hardware_key,
+                hardware_key=self.choice.hardware_key,
             )
 
     def append_history(self) -> list[str]:
         """This run's judged figures and provenance appended to the profile's history;
         returns the lines to print. Interrupted runs and recordings add nothing."""
-        path = history_path(self.history_dir, self.profile.name)
-        if self.update_baselines or self.run.status in ("interrupted", "running"):
+        path = history_path(self.settings.history_dir, self.profile.name)
+        if self.settings.update_baselines or self.run.status in ("interrupted", "running"):
             return []
         entry = entry_from_run(self.run, self._relative(self.run_path))
         if entry is None:
@@ -163,7 +189,7 @@ class Recording(SessionState):
         if plots and self.run.measurements:
             baseline_run = None
             if self.run.status == "failed":
-                baseline_run = load_baseline_run(self.run, self.root)
+                baseline_run = load_baseline_run(self.run, self.settings.root)
             try:
                 written = render_run_plots(
                     self.run,

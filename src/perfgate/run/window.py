@@ -4,16 +4,15 @@ exactly the measured requests of a level run, read the same way for every measur
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from perfgate.diagnose.observe import SpecWindow
 from perfgate.launch import Backend
 from perfgate.load.level import LevelRun
 from perfgate.measure.data import LevelData
 from perfgate.measure.server import ServerSampler, ServerSeries, http_fetch, token_gap
-
-if TYPE_CHECKING:
-    from perfgate.run.session import PerfgateSession
+from perfgate.profile import Profile
+from perfgate.run.notes import Notes
+from perfgate.run.server import ServerControl
 
 
 class MeasuredWindow:
@@ -22,16 +21,22 @@ class MeasuredWindow:
     counters' deltas, the server's metrics (:mod:`perfgate.measure.server`) and the GPU
     telemetry over that window, the output lengths and token counts checked."""
 
-    def __init__(self, session: PerfgateSession, backend: Backend) -> None:
-        self.session = session
-        self.spec = SpecWindow(session.engine, backend.base_url, backend.headers)
-        self.gpu = session.gpu_sampler()
+    def __init__(
+        self, server: ServerControl, backend: Backend, profile: Profile, notes: Notes
+    ) -> None:
+        self.control = server
+        self.engine = engine = server.engine
+        self.profile = profile
+        self.notes = notes
+        clients = server.settings.http
+        self.spec = SpecWindow(engine, backend.base_url, backend.headers, clients)
+        self.gpu = server.gpu_sampler()
         self.server: ServerSampler | None = None
         self._close_fetch: Callable[[], None] | None = None
-        engine, interval = session.engine, session.profile.server.metrics_interval_s
+        interval = profile.server.metrics_interval_s
         if engine.metrics_path and engine.metric_map.names and interval > 0:
             fetch, self._close_fetch = http_fetch(
-                backend.base_url, engine.metrics_path, backend.headers
+                backend.base_url, engine.metrics_path, backend.headers, clients
             )
             self.server = ServerSampler(fetch, engine.metric_map, interval)
 
@@ -46,8 +51,7 @@ class MeasuredWindow:
             self.gpu.start()
 
     def close(self, run: LevelRun, repeat: int) -> LevelData:
-        """The measured requests ended: the level run's data (its output lengths checked)."""
-        session = self.session
+        """The measured requests ended: the level run's data."""
         server = self.server.close() if self.server is not None else None
         spec = self.spec.close(self.server.last_text if self.server is not None else None)
         if server is not None:
@@ -56,33 +60,32 @@ class MeasuredWindow:
             run,
             repeat,
             spec=spec,
-            slo=session.profile.slo,
-            gpu=session.gpu_stopped(self.gpu),
+            slo=self.profile.slo,
+            gpu=self.control.gpu_stopped(self.gpu),
             server=server,
         )
-        session._check_output_lengths(data)
         if server is not None and (gap := token_gap(server, data.metrics)) is not None:
-            session.degraded(gap)
+            self.notes.warn(gap)
         return data
 
     def _completed(self, series: ServerSeries, run: LevelRun) -> ServerSeries | None:
         """The series with the prefix counts responses reported (where /metrics has none);
         None, said once, where the server answered no read."""
-        session = self.session
+        engine = self.engine
         if not series.samples:
-            session.server_metrics_note(
-                f"no server metrics: {session.engine.metrics_path} answered no read "
-                f"({series.failed_reads} tried){session.engine.metrics_hint()}"
+            self.notes.say(
+                f"no server metrics: {engine.metrics_path} answered no read "
+                f"({series.failed_reads} tried){engine.metrics_hint()}"
             )
             self._drop_server()
             return None
         if series.delta("prefix_queries") is None:
             timings = [r.server_timings for r in run.records if r.server_timings]
-            if (counts := session.engine.prefix_counts(timings)) is not None:
+            if (counts := engine.prefix_counts(timings)) is not None:
                 series.prefix_hits, series.prefix_queries = counts
                 series.sources["prefix_hits"] = "response timings (cache_n)"
                 series.sources["prefix_queries"] = "response timings (cache_n + prompt_n)"
-        session.server_metrics_absent(series)
+        self.control.server_metrics_absent(series)
         return series
 
     def _drop_server(self) -> None:

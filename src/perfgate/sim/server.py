@@ -228,9 +228,10 @@ class SimServer(Responder):
                 text_of(m.get("content")) for m in body["messages"] if isinstance(m, dict)
             )
         else:
-            text = body.get("content", body.get("prompt"))
-            if not isinstance(text, str):
+            given = body.get("content", body.get("prompt"))
+            if not isinstance(given, str):
                 raise BadRequest("give the text to tokenize as content (or prompt) string")
+            text = given
         ids = []
         for word in text.split():
             token = zlib.crc32(word.encode())

@@ -15,6 +15,7 @@ CALIBRATION_WORDS = 256
 
 
 def _prompt_tokens(client: httpx.Client, api: str, model: str, text: str) -> int:
+    body: dict[str, object]
     if api == "chat":
         path, body = "/v1/chat/completions", {"messages": chat_messages(text)}
     else:

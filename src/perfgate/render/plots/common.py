@@ -48,7 +48,7 @@ MARK_LABELS = {
 Scale = Literal["log", "linear"]
 
 
-Nudge = Callable[[int], float]
+Nudge = Callable[[int | float], float]
 
 
 class PlotsUnavailable(PerfgateError):
@@ -70,7 +70,7 @@ def require_matplotlib() -> ModuleType:
     return plt
 
 
-def concurrency_scale(levels: Iterable[int]) -> Scale:
+def concurrency_scale(levels: Iterable[int | float]) -> Scale:
     """Log scale for a concurrency axis spanning a factor of 10 or more, else linear."""
     values = [c for c in levels if c > 0]
     if not values:

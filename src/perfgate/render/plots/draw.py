@@ -52,7 +52,7 @@ class _Legend:
             )
 
 
-def _concurrency_axis(ax: Any, levels: Iterable[int]) -> None:
+def _concurrency_axis(ax: Any, levels: Iterable[int | float]) -> None:
     """Ticks at the actual levels; log base 2 when they span a factor of 10 or more."""
     ordered = sorted(set(levels)) or [1]
     lo, hi = ordered[0], ordered[-1]
@@ -73,13 +73,15 @@ def _ordered(measurements: Mapping[str, Measurement]) -> dict[str, Measurement]:
     return dict(sorted(measurements.items(), key=lambda item: len(item[1].by_concurrency()) < 2))
 
 
-def _nudges(measurements: Mapping[str, Measurement], levels: Iterable[int]) -> dict[str, Nudge]:
+def _nudges(
+    measurements: Mapping[str, Measurement], levels: Iterable[int | float]
+) -> dict[str, Nudge]:
     """An x position per measurement: a single-level measurement (``single``) is moved a
     little right, so that it does not hide the sweep's point at the same level."""
     ordered = sorted(set(levels)) or [1]
     step = max(ordered[-1] - ordered[0], 1) * 0.035
 
-    def shifted(c: int) -> float:
+    def shifted(c: int | float) -> float:
         return c * 2**0.12 if concurrency_scale(ordered) == "log" else c + step
 
     multi = any(len(m.by_concurrency()) > 1 for m in measurements.values())
@@ -146,7 +148,7 @@ def _draw_points(
 
 def _draw_baseline(
     ax: Any,
-    checks: list[tuple[int, Check]],
+    checks: list[tuple[int | float, Check]],
     *,
     name: str,
     color: str,
@@ -192,7 +194,7 @@ def _draw_baseline(
 
 def _draw_marks(
     ax: Any,
-    checks: list[tuple[int, Check]],
+    checks: list[tuple[int | float, Check]],
     *,
     factor: float,
     legend: _Legend,

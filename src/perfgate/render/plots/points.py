@@ -18,7 +18,7 @@ class Point:
     """One level of one quantity: a value per run, their median, and (TTFT, TPOT) the
     median over the runs of each run's p99: the gated ``*_p99_s`` figure."""
 
-    concurrency: int
+    concurrency: int | float
     runs: list[float]
     median: float
     p99: float | None = None
@@ -57,9 +57,11 @@ def tpot_points(measurement: Measurement) -> list[Point]:
     return _quantity_points(measurement, "tpot_p50_s", "tpot_p99_s")
 
 
-def _checks_of(checks: Iterable[Check], measurement: str, figure: str) -> list[tuple[int, Check]]:
+def _checks_of(
+    checks: Iterable[Check], measurement: str, figure: str
+) -> list[tuple[int | float, Check]]:
     """(concurrency, check) of one measurement's figure, by concurrency."""
-    out = []
+    out: list[tuple[int | float, Check]] = []
     for check in checks:
         try:
             key = parse_key(check.key)
@@ -73,7 +75,7 @@ def _checks_of(checks: Iterable[Check], measurement: str, figure: str) -> list[t
 
 def _levels(
     measurements: Mapping[str, Measurement], checks: Iterable[Check], figure: str
-) -> set[int]:
+) -> set[int | float]:
     levels = {c for m in measurements.values() for c in (*m.by_concurrency(), *m.not_run)}
     for name in measurements:
         levels.update(c for c, _ in _checks_of(checks, name, figure))

@@ -28,7 +28,7 @@ from perfgate.workload.prompts import Prompt, Tokenizer
 class Progress(Protocol):
     """One step's progress (``update`` as items finish)."""
 
-    def update(self, done: int = 1) -> None: ...
+    def update(self, done: int) -> None: ...
 
 
 Step = Callable[..., AbstractContextManager[Progress]]  # step(label, total, unit=...)

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-import httpx
-
 from perfgate.correctness.golden import Greedy
 from perfgate.correctness.twin import twin_greedy
 from perfgate.diagnose.causes import Diagnosis, diagnose
@@ -25,40 +23,68 @@ from perfgate.measure.telemetry import (
     open_nvml,
     smi_command,
 )
-from perfgate.run.state import LOCAL_HOSTS, SessionState
+from perfgate.results.run import RunRecord
+from perfgate.run.baselines import BaselineChoice
+from perfgate.run.notes import Notes, Progress
+from perfgate.run.settings import LOCAL_HOSTS, RunSettings
 
 
-class BackendControl(SessionState):
-    """Start, watch and stop the backend; read what it says about itself."""
+class ServerControl:
+    """Start, watch and stop the backend; read what it says about itself. Starting it
+    picks the baseline for its hardware (``choice``)."""
 
-    # -- backend -----------------------------------------------------------------------
-    def start_backend(self) -> Backend:
+    def __init__(
+        self,
+        settings: RunSettings,
+        choice: BaselineChoice,
+        run: RunRecord,
+        notes: Notes,
+        progress: Progress,
+    ) -> None:
+        self.settings = settings
+        self.engine = settings.engine
+        self.choice = choice
+        self.run = run
+        self.notes = notes
+        self.progress = progress
+        self.backend: Backend | None = None
+        self.error: BackendError | None = None  # why it could not start (raised again)
+        # fields every measured request sends to force its output length (dropped, with a
+        # note, where a server of unknown kind rejects them)
+        self.completion_extras: dict[str, object] = self.engine.completion_extras()
+        # the twin's greedy outputs of (prompts, max_tokens), when a twin check is selected
+        self.twin_request: tuple[list[str], int] | None = None
+        self._twin_result: Greedy | str | None = None  # the twin's outputs, or why none
+        self._gpu: GpuSampler | SmiSampler | str | None = None  # the sampler, or why none
+
+    def start(self) -> Backend:
         """Launch (or attach to) the profile's server and wait until it generates a token."""
         if self.backend is not None:
             return self.backend
-        if self.backend_error is not None:
-            raise self.backend_error
+        if self.error is not None:
+            raise self.error
         if self.twin_request is not None and self._twin_result is None:
             self._run_twin_alone(*self.twin_request)
+        s = self.settings
         try:
             backend = self._launch()
             self.backend = backend
             self.progress(f"perfgate: waiting for {self.engine.name} at {backend.base_url} ...")
-            backend.wait_ready(self.profile.timeouts.startup_s)
+            backend.wait_ready(s.profile.timeouts.startup_s)
         except BackendError as exc:
-            self.backend_error = exc
-            self.run.notes.append(f"backend failed: {exc}")
-            self.stop_backend()
+            self.error = exc
+            self.notes.keep(f"backend failed: {exc}")
+            self.stop()
             raise
-        with httpx.Client(
-            base_url=backend.base_url, timeout=10.0, headers=backend.headers
-        ) as client:
+        with s.http.client(backend.base_url, timeout=10.0, headers=backend.headers) as client:
             self.run.engine_version = self.engine.version(client)
         self.run.base_url = backend.base_url
         try:
-            self.resolve_baseline(backend.hardware())
+            self.run.baseline = self.choice.resolve(backend.hardware())
         except BaselineError as exc:
             raise BackendError(str(exc)) from exc
+        self.run.hardware = self.choice.hardware
+        self.notes.keep(self.choice.tier_note())
         self.collect_facts()
         if not self.engine.features_known:
             self._probe_features(backend)
@@ -67,6 +93,44 @@ class BackendControl(SessionState):
         )
         return backend
 
+    def stop(self) -> None:
+        """Stop the backend if perfgate started it."""
+        if self.backend is not None:
+            self.backend.stop()
+
+    def _launch(self) -> Backend:
+        s = self.settings
+        if s.base_url:
+            return AttachedBackend(
+                s.base_url,
+                engine=self.engine,
+                model=s.profile.model.name,
+                log_path=s.server_log,
+                headers=s.headers,
+                clients=s.http,
+            )
+        if s.profile.launcher != "attach":
+            self.progress(
+                f"perfgate: starting {self.engine.name} for profile {s.profile.name} "
+                f"({s.profile.launcher} launcher)"
+            )
+        return launch(s.profile, self.engine, s.output_dir / "logs", owner=s.owner)
+
+    def _probe_features(self, backend: Backend) -> None:
+        """For a server of unknown kind: without the fields that force output length,
+        say so and measure what it generates."""
+        why = rejected_extras(
+            backend.base_url,
+            self.settings.profile.model.name,
+            self.completion_extras,
+            backend.headers,
+            self.settings.http,
+        )
+        if why:
+            self.completion_extras = {}
+            self.notes.warn(why)
+
+    # -- the GPUs ----------------------------------------------------------------------
     def gpu_sampler(self) -> GpuSampler | SmiSampler | None:
         """The serving host's GPU sampler, opened once: NVML here, or ``nvidia-smi``'s loop
         through the ssh launcher's connection; None with a note (in the run JSON, and said
@@ -74,9 +138,10 @@ class BackendControl(SessionState):
         if isinstance(self._gpu, GpuSampler | SmiSampler):
             return self._gpu
         if self._gpu is None:
-            host = urlsplit(self.base_url).hostname if self.base_url else None
+            base_url = self.settings.base_url
+            host = urlsplit(base_url).hostname if base_url else None
             remote = getattr(self.backend, "remote_argv", None)
-            if remote is not None and not self.base_url:
+            if remote is not None and not base_url:
                 self._gpu = SmiSampler(remote(smi_command(SAMPLE_INTERVAL_S)), SAMPLE_INTERVAL_S)
                 return self._gpu
             if host is not None and host not in LOCAL_HOSTS:
@@ -93,28 +158,7 @@ class BackendControl(SessionState):
         """Say once, in the output and the run JSON, why there is no GPU telemetry."""
         note = why if why.startswith("no GPU telemetry") else f"no GPU telemetry: {why}"
         self._gpu = note
-        if note not in self.run.notes:
-            self.run.notes.append(note)
-            self.progress(f"perfgate: {note}")
-
-    def server_metrics_note(self, note: str) -> None:
-        """Say once, in the output and the run JSON, something about the server's metrics."""
-        if note not in self.run.notes:
-            self.run.notes.append(note)
-            self.progress(f"perfgate: {note}")
-
-    def server_metrics_absent(self, series: ServerSeries) -> None:
-        """Say once which words of the server-metrics vocabulary this server did not
-        report (absent, never 0), and why where the engine knows."""
-        metric_map = self.engine.metric_map
-        absent = [w for w in VOCABULARY if w not in series.sources]
-        if not absent:
-            return
-        whys = sorted({metric_map.notes[w] for w in absent if w in metric_map.notes})
-        self.server_metrics_note(
-            f"server metrics not reported by {self.engine.name}: {', '.join(absent)} "
-            f"(absent, not 0)" + "".join(f"; {why}" for why in whys)
-        )
+        self.notes.say(note)
 
     def gpu_stopped(self, sampler: GpuSampler | SmiSampler | None) -> GpuTelemetry | None:
         """A level's GPU telemetry; a remote loop that gave no sample stops the sampling
@@ -128,61 +172,44 @@ class BackendControl(SessionState):
             )
         return telemetry
 
-    def _probe_features(self, backend: Backend) -> None:
-        """For a server of unknown kind: without the fields that force output length,
-        say so and measure what it generates."""
-        why = rejected_extras(
-            backend.base_url, self.profile.model.name, self.completion_extras, backend.headers
+    def server_metrics_absent(self, series: ServerSeries) -> None:
+        """Say once which words of the server-metrics vocabulary this server did not
+        report (absent, never 0), and why where the engine knows."""
+        metric_map = self.engine.metric_map
+        absent = [w for w in VOCABULARY if w not in series.sources]
+        if not absent:
+            return
+        whys = sorted({metric_map.notes[w] for w in absent if w in metric_map.notes})
+        self.notes.say(
+            f"server metrics not reported by {self.engine.name}: {', '.join(absent)} "
+            f"(absent, not 0)" + "".join(f"; {why}" for why in whys)
         )
-        if why:
-            self.completion_extras = {}
-            self.degraded(why)
 
-    def _launch(self) -> Backend:
-        model = self.profile.model.name
-        if self.base_url:
-            return AttachedBackend(
-                self.base_url,
-                engine=self.engine,
-                model=model,
-                log_path=self.server_log,
-                headers=self.headers,
-            )
-        if self.profile.launcher != "attach":
-            self.progress(
-                f"perfgate: starting {self.engine.name} for profile {self.profile.name} "
-                f"({self.profile.launcher} launcher)"
-            )
-        return launch(self.profile, self.engine, self.output_dir / "logs", owner=self.owner)
-
-    def stop_backend(self) -> None:
-        """Stop the backend if perfgate started it."""
-        if self.backend is not None:
-            self.backend.stop()
-
+    # -- the twin ----------------------------------------------------------------------
     def _run_twin_alone(self, prompts: list[str], max_tokens: int) -> None:
         """The twin's greedy outputs, computed before this profile's server starts: one
         server at a time (two large models rarely fit one host), the twin on a port of
         its own, stopped before the profile's server starts."""
-        name = self.profile.correctness.twin_profile
+        s = self.settings
+        name = s.profile.correctness.twin_profile
         if name is None:
             return
-        if self.base_url:
+        if s.base_url:
             self._twin_result = (
                 f"the server under test is attached (--perf-base-url), so perfgate cannot stop it "
                 f"to run the twin {name} alone; check losslessness with a profile perfgate "
                 "launches"
             )
-            self.degraded(self._twin_result)
+            self.notes.warn(self._twin_result)
             return
         self._twin_result = twin_greedy(
             name,
-            self.root / "profiles",
+            s.root / "profiles",
             prompts,
             max_tokens,
-            log_dir=self.output_dir / "logs",
-            owner=self.owner,
-            before=self.profile.name,
+            log_dir=s.output_dir / "logs",
+            owner=s.owner,
+            before=s.profile.name,
             progress=self.progress,
         )
 
@@ -211,6 +238,7 @@ class BackendControl(SessionState):
             log=log,
             previous=self.run.facts,
             measurements=self.run.measurements,
+            clients=self.settings.http,
         )
         return self.run.facts
 
@@ -219,7 +247,8 @@ class BackendControl(SessionState):
         baseline's, and the matching server log lines."""
         log = self.backend.logs() if self.backend is not None else ""
         facts = self.collect_facts(log)
-        old = self.baseline.facts if self.baseline is not None else None
+        baseline = self.choice.baseline
+        old = baseline.facts if baseline is not None else None
         return diagnose(facts, old, checks, log, self.engine.log_grep)
 
     def evidence(self) -> str:

@@ -1,0 +1,194 @@
+"""Whole runs through the session on an injected transport (``httpx.MockTransport``, a
+llama-server stand-in: tests/mock_llamacpp.py): no socket is opened and no process
+starts. Recording, repeats, the early abort, a MISSING figure and TOO NOISY, each with its
+exit code, as `pytest -m perf` would end (the same session code ends both)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from perfgate.errors import ProfileError
+from perfgate.gate.policy import GateExit
+from perfgate.profile import load_profile
+from perfgate.run.session import PerfgateSession
+from perfgate.run.settings import GateOptions
+from tests.helpers import ROOT
+from tests.mock_llamacpp import MockLlamaServer
+
+URL = "http://mock.test:8080"  # never resolved: every request goes to the mock
+
+
+@pytest.fixture(autouse=True)
+def no_socket(monkeypatch):
+    """Any connection attempt fails the test."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a socket was opened: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def _profile(more: dict | None = None, **gate):
+    profile = load_profile("llamacpp-gemma3-270m", ROOT / "profiles")
+    workload = profile.workload.model_copy(
+        update={"input_len": 16, "output_len": 8, "levels": [2], "rounds": 2,
+                "single_requests": 3, "warmup": 1, "client_processes": 1}
+    )  # fmt: skip
+    settings = {"repeats": 3, "record_repeats": 4, "max_extra_repeats": 2, **gate}
+    return profile.model_copy(
+        update={
+            "workload": workload,
+            "gate": profile.gate.model_copy(update=settings),
+            **(more or {}),
+        }
+    )
+
+
+def _session(tmp_path, server, *, update=False, name="gate", said=None, more=None, **gate):
+    return PerfgateSession(
+        _profile(more, **gate),
+        root=ROOT,
+        baselines_dir=tmp_path / "baselines",
+        output_dir=tmp_path / name,
+        base_url=URL,
+        update_baselines=update,
+        options=GateOptions(hardware="mock-host"),
+        progress=said.append if said is not None else (lambda _: None),
+        transport=server.transport,
+    )
+
+
+def _run(session, measurements=("single", "sweep")):
+    """The perf suite's measurements, each gated, then the end: (gated, outcome)."""
+    w = session.profile.workload
+    gated = {}
+    session.perf_selected = True
+    for name in measurements:
+        assert session.refusal() is None
+        if name == "single":
+            session.measure_single("single", w.single_requests)
+        elif name == "sweep":
+            session.measure("sweep", w.levels, lambda c: int(c) * w.rounds)
+        elif name == "rate":
+            session.measure("rate", [float(r) for r in w.rates], lambda _: w.rate_requests)
+        else:
+            session.measure_capacity("capacity")
+        gated[name] = session.gate(name)
+    failed = any(g.failed for g in gated.values())
+    return gated, session.conclude(1 if failed else 0, plots=False)
+
+
+@pytest.fixture
+def recorded(tmp_path):
+    """A baseline recorded from the healthy mock (4 runs a level)."""
+    server = MockLlamaServer()
+    session = _session(tmp_path, server, update=True, name="record")
+    _, outcome = _run(session)
+    assert outcome.exit_code == 0, outcome.lines
+    assert any("baseline written to" in line for line in outcome.lines), outcome.lines
+    runs = session.run.measurements["sweep"].by_concurrency()
+    assert [len(r) for r in runs.values()] == [4]  # record_repeats, exactly
+    assert len(session.run.measurements["single"].levels) == 4
+    assert session.run.engine_version == "b1-mock" and server.requests > 20
+    return tmp_path
+
+
+def test_the_same_server_passes_its_own_recording_with_no_socket(recorded):
+    server = MockLlamaServer()
+    said: list[str] = []
+    session = _session(recorded, server, said=said)
+    gated, outcome = _run(session)
+    assert outcome.exit_code == 0, [g.text for g in gated.values()]
+    assert not any(g.failed for g in gated.values())
+    verdicts = {c.key: c.verdict for c in session.run.checks}
+    assert "sweep.c2.agg_tok_s" in verdicts and set(verdicts.values()) <= {"pass", "improved"}
+    for m in session.run.measurements.values():  # from min_repeats (2) up to repeats + 2
+        assert all(2 <= len(r) <= 5 for r in m.by_concurrency().values())
+    assert session.run.status == "passed" and session.run_path.exists()
+    assert {"/health", "/props", "/tokenize", "/metrics", "/v1/completions"} <= set(server.paths)
+    assert any("ready at http://mock.test:8080" in line for line in said)
+
+
+def test_a_server_four_times_slower_stops_the_sweep_early_and_regresses(recorded):
+    server = MockLlamaServer(slow=4.0)
+    session = _session(recorded, server)
+    gated, outcome = _run(session)
+    assert outcome.exit_code == GateExit.REGRESSED
+    sweep = session.run.measurements["sweep"]
+    assert sweep.aborted and len(sweep.levels) == 1  # the early abort: one run, no more
+    assert (
+        "REGRESSED" in gated["single"].text
+        and "single.c1.per_request_tok_s" in gated["single"].text
+    )
+    assert session.run.diagnosis is not None
+
+
+def test_a_measurement_not_run_is_missing(recorded):
+    session = _session(recorded, MockLlamaServer())
+    _, outcome = _run(session, measurements=("single",))
+    missing = [c for c in session.run.checks if c.verdict == "missing"]
+    assert outcome.exit_code == GateExit.MISSING
+    assert missing and all(c.key.startswith("sweep.") for c in missing)
+    assert "test deselected" in missing[0].message()
+
+
+def test_runs_that_disagree_past_the_limit_end_too_noisy(recorded, monkeypatch):
+    """The second run of the level 3x slower, the first and third as recorded: one run
+    far past the limit, two inside it. Three runs (no extra ones) cannot tell that from
+    noise: TOO NOISY, exit 10, nothing called regressed."""
+    server = MockLlamaServer()
+    session = _session(recorded, server, abort_below=0.0, max_extra_repeats=0)
+    closed = session.measurer._closed
+
+    def second_run_slow(window, run, repeat):
+        swept = run.concurrency == 2
+        server.slow = 3.0 if swept and repeat == 0 else 1.0  # the next run's speed
+        return closed(window, run, repeat)
+
+    monkeypatch.setattr(session.measurer, "_closed", second_run_slow)
+    _, outcome = _run(session)
+    verdicts = {c.key: c.verdict for c in session.run.checks if c.key.startswith("sweep.")}
+    assert set(verdicts.values()) == {"too-noisy"}, verdicts
+    assert outcome.exit_code == GateExit.TOO_NOISY
+    assert [len(r) for r in session.run.measurements["sweep"].by_concurrency().values()] == [3]
+    noisy = next(c for c in session.run.checks if c.verdict == "too-noisy")
+    assert "1 past it beyond noise" in noisy.message() and "noisier" in noisy.message()
+
+
+def test_request_rates_and_the_capacity_search_run_on_the_mock(tmp_path):
+    """An open-loop rate, and a capacity search over a server with 2 slots (a third
+    request in flight waits 1.5x for its first token, past the 25 ms TTFT level): the
+    search finds 2, three times (recording), and the Markdown summary is written."""
+    from perfgate.profile.workload import CapacitySpec, Slo
+
+    profile = _profile()
+    more = {
+        "workload": profile.workload.model_copy(update={"rates": [20.0], "rate_requests": 6}),
+        "slo": Slo(ttft_s=0.025),
+        "capacity": CapacitySpec(by="concurrency", low=1, high=8, target=0.9),
+    }
+    server = MockLlamaServer(slots=2)
+    session = _session(tmp_path, server, update=True, more=more, record_repeats=3)
+    _, outcome = _run(session, measurements=("rate", "capacity"))
+    assert outcome.exit_code == 0, outcome.lines
+    searches = session.run.measurements["capacity"].searches
+    assert len(searches) == 3 and {s.capacity for s in searches} == {2}, searches
+    rate = session.run.measurements["rate"].levels
+    assert len(rate) == 3 and all(lv.rate == 20.0 for lv in rate)
+    summary = tmp_path / "summary.md"
+    session.recorder.write_reports(summary_paths=[summary], plots=False)
+    assert "capacity" in summary.read_text()
+
+
+def test_an_injected_transport_needs_a_server_to_attach_to(tmp_path):
+    with pytest.raises(ProfileError, match="needs base_url"):
+        PerfgateSession(
+            _profile(),
+            root=ROOT,
+            baselines_dir=tmp_path,
+            output_dir=tmp_path,
+            transport=MockLlamaServer().transport,
+        )
