@@ -24,6 +24,7 @@ class MockLlamaServer:
     itl_s: float = 0.005
     slow: float = 1.0  # a factor on both delays (set it between runs)
     slots: int | None = None  # past this many streams at once, the first token waits longer
+    broken: tuple[str, ...] = ()  # paths answered 500 (e.g. "/metrics", "/health")
     requests: int = 0  # completions served (streamed or not)
     tokens: int = 0  # tokens generated
     streaming: int = 0  # streams in flight now
@@ -41,6 +42,8 @@ class MockLlamaServer:
         path = request.url.path
         self.paths.append(path)
         body = json.loads(request.content or b"{}") if request.method == "POST" else {}
+        if path in self.broken:
+            return httpx.Response(500, json={"error": {"message": f"{path} is broken"}})
         if path == "/health":
             return httpx.Response(200, json={"status": "ok"})
         if path == "/props":

@@ -26,7 +26,7 @@ from perfgate.render.plots.common import (
     run_failed,
     run_stem,
 )
-from perfgate.render.plots.draw import _concurrency_axis
+from perfgate.render.plots.draw import concurrency_axis
 from perfgate.results.run import BaselineRef, RunRecord, load_run
 from tests.helpers import ROOT
 
@@ -206,10 +206,10 @@ def test_the_concurrency_axis_ticks_are_the_levels():
     levels = [1, 2, 4, 8, 16, 32, 64, 100]
     fig, ax = plt.subplots()
     try:
-        _concurrency_axis(ax, levels)
+        concurrency_axis(ax, levels)
         assert ax.get_xscale() == "log"
         assert [t.get_text() for t in ax.get_xticklabels()] == [str(c) for c in levels]
-        _concurrency_axis(ax2 := fig.add_subplot(212), [1, 2, 4])
+        concurrency_axis(ax2 := fig.add_subplot(212), [1, 2, 4])
         assert ax2.get_xscale() == "linear"
     finally:
         plt.close(fig)

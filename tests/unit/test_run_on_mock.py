@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from perfgate.errors import ProfileError
+from perfgate.errors import BackendError, ProfileError
 from perfgate.gate.policy import GateExit
 from perfgate.profile import load_profile
 from perfgate.run.session import PerfgateSession
@@ -165,8 +165,9 @@ def test_request_rates_and_the_capacity_search_run_on_the_mock(tmp_path):
     from perfgate.profile.workload import CapacitySpec, Slo
 
     profile = _profile()
+    rated = {"rates": [40.0], "rate_requests": 6}
     more = {
-        "workload": profile.workload.model_copy(update={"rates": [20.0], "rate_requests": 6}),
+        "workload": profile.workload.model_copy(update=rated),
         "slo": Slo(ttft_s=0.025),
         "capacity": CapacitySpec(by="concurrency", low=1, high=8, target=0.9),
     }
@@ -177,10 +178,84 @@ def test_request_rates_and_the_capacity_search_run_on_the_mock(tmp_path):
     searches = session.run.measurements["capacity"].searches
     assert len(searches) == 3 and {s.capacity for s in searches} == {2}, searches
     rate = session.run.measurements["rate"].levels
-    assert len(rate) == 3 and all(lv.rate == 20.0 for lv in rate)
+    assert len(rate) == 3 and all(lv.rate == 40.0 for lv in rate)
     summary = tmp_path / "summary.md"
     session.recorder.write_reports(summary_paths=[summary], plots=False)
     assert "capacity" in summary.read_text()
+
+
+def test_a_server_that_never_gets_ready_fails_once_and_is_not_asked_again(tmp_path):
+    server = MockLlamaServer(broken=("/health",))
+    profile = _profile()
+    timeouts = profile.timeouts.model_copy(update={"startup_s": 0.0})
+    session = _session(tmp_path, server, more={"timeouts": timeouts})
+    with pytest.raises(BackendError, match="/health answered 500"):
+        session.start_backend()
+    asked = len(server.paths)
+    with pytest.raises(BackendError, match="/health answered 500"):
+        session.refusal()  # the same error: no second start
+    assert len(server.paths) == asked
+    assert any(n.startswith("backend failed:") for n in session.run.notes)
+    assert session.conclude(1).exit_code == 1  # pytest's status, kept
+
+
+def test_golden_outputs_are_recorded_and_a_changed_one_is_named(tmp_path):
+    from perfgate.correctness.golden import GoldenOutputs
+
+    def record(outputs: dict[str, str]) -> list[str]:
+        session = _session(tmp_path, MockLlamaServer(), update=True, name="golden")
+        session.golden_outputs = GoldenOutputs(schema_version=1, max_tokens=4, outputs=outputs)
+        _, outcome = _run(session, measurements=("single",))
+        return outcome.lines
+
+    first = record({"The capital of France is": " Paris"})
+    assert any("1 golden greedy outputs written to" in line for line in first), first
+    second = record({"The capital of France is": " Lyon"})
+    assert any(line.startswith("perfgate: golden output changed:") for line in second), second
+
+
+def test_a_server_without_metrics_or_a_twin_says_so_once(tmp_path):
+    """/metrics answers 500: the run says once that there are no server metrics (and how
+    to get them); a twin asked of an attached server says why it cannot run."""
+    server = MockLlamaServer(broken=("/metrics",))
+    profile = _profile()
+    correctness = profile.correctness.model_copy(update={"twin_profile": "llamacpp-twin"})
+    session = _session(tmp_path, server, update=True, more={"correctness": correctness})
+    session.twin_request = (["Hello"], 4)
+    _run(session, measurements=("single",))
+    notes = [n for n in session.run.notes if n.startswith("no server metrics")]
+    assert len(notes) == 1 and "--metrics" in notes[0], session.run.notes
+    assert "attached (--perf-base-url)" in session.twin_problem()
+    with pytest.raises(BackendError, match="cannot stop it"):
+        session.twin_outputs()
+
+
+def test_a_new_plan_runs_on_the_one_loop_with_no_other_change(tmp_path):
+    """A plan written here (levels high to low, each once, the last one twice): the
+    measurer's one loop measures it through the same window, prompts and saving."""
+    from dataclasses import dataclass, field
+
+    from perfgate.run.plans import Step
+
+    @dataclass
+    class Descending:
+        levels: list[int]
+        not_run: list[int | float] = field(default_factory=list)
+
+        def next(self, done):
+            order = [*sorted(self.levels, reverse=True), min(self.levels)]
+            if len(done) == len(order):
+                return None
+            level = order[len(done)]
+            return Step(level, sum(d.level == level for d in done), requests=2 * level)
+
+    session = _session(tmp_path, MockLlamaServer(), update=True)
+    collected = []
+    session.measurer.run_plan("descending", Descending([1, 2, 3]), collected)
+    assert [(d.level, d.repeat, d.metrics.ok) for d in collected] == [
+        (3, 0, 6), (2, 0, 4), (1, 0, 2), (1, 1, 2),
+    ]  # fmt: skip
+    assert all(d.server is not None for d in collected)  # read through the window
 
 
 def test_an_injected_transport_needs_a_server_to_attach_to(tmp_path):

@@ -168,3 +168,51 @@ def test_a_measurement_is_refused_without_a_baseline_or_from_an_unusable_server(
     how, why = usable.refusal()
     assert how == "fail" and "unusable" in why and "test_sanity" in why
     assert usable.answered_wrongly and usable.correctness_failures == ["test_sanity"]
+
+
+def test_the_checks_on_a_level_run_say_what_went_wrong():
+    """A rate level whose requests left up to 40 ms after their schedule, with a cap of 2
+    in flight: the cap is named; without a cap, the client. Outputs 10 tokens long where
+    the workload asks for 64 are short (where lengths are not forced). The rate so far
+    is tokens a second where every request streams output_len, else requests."""
+    from perfgate.client import RequestRecord
+    from perfgate.load.level import LevelRun, Tally
+    from perfgate.measure.data import LevelData
+    from perfgate.run.requests import behind_schedule, rate_text, short_output_problem
+    from perfgate.workload.kinds import prompt_kind
+
+    records = []
+    for i in range(8):
+        due = i * 0.1
+        times = [due + 0.04 * (i % 2) + 0.05 + k * 0.02 for k in range(10)]
+        records.append(
+            RequestRecord(
+                index=i, start=due, end=times[-1], token_times=times, completion_tokens=10,
+                finish_reason="length", scheduled=due, sent=due + 0.04 * (i % 2),
+            )
+        )  # fmt: skip
+    level = LevelRun(0, records, 0.0, records[-1].end, rate=10.0)
+    data = LevelData.from_run(level)
+    capped = _profile()
+    capped = capped.model_copy(
+        update={"workload": capped.workload.model_copy(update={"max_in_flight": 2})}
+    )
+    late = behind_schedule(capped, "rate", data)
+    assert late is not None and "all 2 requests in flight allowed" in late and "40 ms" in late
+    assert "the client could not send on time" in (behind_schedule(_profile(), "rate", data) or "")
+    on_time = LevelData.from_run(LevelRun(0, records[::2], 0.0, records[-2].end, rate=10.0))
+    assert behind_schedule(capped, "rate", on_time) is None
+
+    profile = _profile()
+    kind = prompt_kind(profile.workload.prompts)
+    short = short_output_problem(profile, kind, data, forced=False)
+    assert short is not None and "output tokens" in short
+    assert short_output_problem(profile, kind, data, forced=True) is None
+
+    tally = Tally(2)
+    tally.begin("measure", 10)
+    assert rate_text(profile, kind, tally, forced=True) == ""  # nothing done yet
+    tally.add(False)
+    tally.started -= 1.0  # one second in
+    assert rate_text(profile, kind, tally, forced=True).endswith("tok/s")
+    assert rate_text(profile, kind, tally, forced=False).endswith("req/s")

@@ -6,15 +6,15 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from perfgate.cli.project import _fleet, _import, _init, _run
+from perfgate.cli.project import cmd_fleet, cmd_import, cmd_init, cmd_run
 from perfgate.cli.reports import (
-    _baseline_rederive,
-    _baseline_show,
-    _compare,
-    _history,
-    _plot,
-    _profiles,
-    _report,
+    cmd_baseline_rederive,
+    cmd_baseline_show,
+    cmd_compare,
+    cmd_history,
+    cmd_plot,
+    cmd_profiles,
+    cmd_report,
 )
 from perfgate.errors import PerfgateError
 from perfgate.render.formats import formats
@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the environment variable that holds the server's API key",
     )
     i.add_argument("--force", action="store_true", help="replace an existing profile")
-    i.set_defaults(func=_init)
+    i.set_defaults(func=cmd_init)
     im = sub.add_parser(
         "import",
         help="peers' results as perfgate run JSON: `vllm bench serve --save-result "
@@ -67,10 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("--hardware", help="the hardware key (default: this machine's)")
     im.add_argument("--profiles-dir", default="profiles")
     im.add_argument("--baselines-dir", default="baselines")
-    im.set_defaults(func=_import)
+    im.set_defaults(func=cmd_import)
     p = sub.add_parser("profiles", help="list the profiles")
     p.add_argument("--profiles-dir", default="profiles")
-    p.set_defaults(func=_profiles)
+    p.set_defaults(func=cmd_profiles)
     b = sub.add_parser("baseline", help="baseline commands")
     bsub = b.add_subparsers(dest="baseline_command", required=True)
     show = bsub.add_parser("show", help="print a profile's baseline")
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the profile's [gate] runs and rate size what each tolerance can promise "
         "(defaults where the profile is not found)",
     )
-    show.set_defaults(func=_baseline_show)
+    show.set_defaults(func=cmd_baseline_show)
     rederive = bsub.add_parser(
         "rederive",
         help="derive tolerances and detectable drops again from the kept run JSON",
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     rederive.add_argument("profile")
     rederive.add_argument("--baselines-dir", default="baselines")
     rederive.add_argument("--profiles-dir", default="profiles")
-    rederive.set_defaults(func=_baseline_rederive)
+    rederive.set_defaults(func=cmd_baseline_rederive)
     c = sub.add_parser(
         "compare", help="gate NEW against OLD (two run JSON files); exit 1 on a regression"
     )
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="relative tolerance for every figure (default: derived from OLD's run-to-run "
         "noise, as --perf-update-baselines derives it; OLD needs at least 2 runs a level)",
     )
-    c.set_defaults(func=_compare)
+    c.set_defaults(func=cmd_compare)
     r = sub.add_parser("report", help="print the tables of a run JSON, recomputed from its records")
     r.add_argument("run_json")
     r.add_argument(
@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--output", metavar="PATH", help="write the report to PATH, not stdout")
     r.add_argument("--artifact-url", help="with --markdown: link where CI uploaded the files")
-    r.set_defaults(func=_report)
+    r.set_defaults(func=cmd_report)
     pl = sub.add_parser(
         "plot",
         help="write PNG plots of a run JSON (throughput, latency, latency distribution; "
@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument(
         "--root", default=".", help="project root the run's baseline paths are relative to"
     )
-    pl.set_defaults(func=_plot)
+    pl.set_defaults(func=cmd_plot)
     h = sub.add_parser("history", help="print (and plot) a profile's figures over its runs")
     h.add_argument("profile")
     h.add_argument(
@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--hardware", help="hardware key to show (default: the latest run's)")
     h.add_argument("--plot", metavar="OUT.png", help="also write a PNG of the trends")
     h.add_argument("--profiles-dir", default="profiles", help="to read the profile's creep margin")
-    h.set_defaults(func=_history)
+    h.set_defaults(func=cmd_history)
     f = sub.add_parser(
         "fleet",
         help="gate profiles on a Ray cluster, each on a node offering what its [fleet] table "
@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs=argparse.REMAINDER,
         help="after --: more arguments for each gate's pytest (e.g. -- --perf-repeats 5)",
     )
-    f.set_defaults(func=_fleet)
+    f.set_defaults(func=cmd_fleet)
     return parser
 
 
@@ -200,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["run"]:
-        return _run(argv[1:])
+        return cmd_run(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

@@ -18,7 +18,8 @@ from perfgate.profile import load_profile
 from perfgate.results.run import RunRecord
 
 
-def _fleet(args: argparse.Namespace) -> int:
+def cmd_fleet(args: argparse.Namespace) -> int:
+    """``perfgate fleet``: gate profiles on a Ray cluster; print the fleet's table."""
     from perfgate.fleet import import_ray, run_fleet
     from perfgate.render.fleet import fleet_table
 
@@ -82,7 +83,7 @@ def run_command(args: Sequence[str], here: Path) -> list[str]:
     return command + rest
 
 
-def _run(args: Sequence[str]) -> int:
+def cmd_run(args: Sequence[str]) -> int:
     """``perfgate run``: pytest takes over this process (its exit code, its signals)."""
     if args[:1] in (["-h"], ["--help"]):
         print(RUN_USAGE)
@@ -92,7 +93,7 @@ def _run(args: Sequence[str]) -> int:
     os.execv(command[0], command)
 
 
-def _import(args: argparse.Namespace) -> int:
+def cmd_import(args: argparse.Namespace) -> int:
     """Peers' result files as one perfgate run JSON (and, asked, a profile's baseline)."""
     from perfgate.importing import imported_run
 
@@ -157,7 +158,7 @@ def _record_imported(args: argparse.Namespace, run: RunRecord, out: Path) -> int
     return 0
 
 
-def _init(args: argparse.Namespace) -> int:
+def cmd_init(args: argparse.Namespace) -> int:
     """Ask the server at --perf-base-url what it is; write a profile for it."""
     from perfgate.discover import probe_server, write_profile
 

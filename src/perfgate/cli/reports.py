@@ -21,7 +21,8 @@ from perfgate.results.history import history_path, load_history
 from perfgate.results.run import RunRecord, load_run
 
 
-def _profiles(args: argparse.Namespace) -> int:
+def cmd_profiles(args: argparse.Namespace) -> int:
+    """``perfgate profiles``: list the profiles."""
     directory = Path(args.profiles_dir)
     for name in available_profiles(directory):
         profile = load_profile(name, directory)
@@ -29,7 +30,7 @@ def _profiles(args: argparse.Namespace) -> int:
     return 0
 
 
-def _baseline_rederive(args: argparse.Namespace) -> int:
+def cmd_baseline_rederive(args: argparse.Namespace) -> int:
     """Derive a profile's tolerances and detectable drops again from each exact
     baseline's kept run JSON, with this perfgate's rules; values, hand-set tolerances,
     floors, host spreads and facts stay as they are."""
@@ -77,7 +78,8 @@ def _baseline_rederive(args: argparse.Namespace) -> int:
     return 0
 
 
-def _baseline_show(args: argparse.Namespace) -> int:
+def cmd_baseline_show(args: argparse.Namespace) -> int:
+    """``perfgate baseline show``: print a profile's baselines."""
     baselines = load_profile_baselines(Path(args.baselines_dir), args.profile)
     if not baselines:
         print(
@@ -124,7 +126,8 @@ def _baseline_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compare(args: argparse.Namespace) -> int:
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``perfgate compare``: gate NEW against OLD (two run JSON files)."""
     old, new = load_run(Path(args.old)), load_run(Path(args.new))
     # the run JSON's raw records are the source of truth: figures are recomputed from them
     old_m = {name: m.recomputed() for name, m in old.measurements.items()}
@@ -200,7 +203,8 @@ def _print_fact_diff(old: RunRecord, new: RunRecord, failed: list[Check]) -> Non
             print(f"  {i}. {cause.text}")
 
 
-def _report(args: argparse.Namespace) -> int:
+def cmd_report(args: argparse.Namespace) -> int:
+    """``perfgate report``: a run JSON's report, recomputed from its records."""
     run = load_run(Path(args.run_json))
     name, output = args.format or "text", args.output
     if args.csv is not None:  # --csv [PATH]: the csv format
@@ -216,7 +220,8 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _history(args: argparse.Namespace) -> int:
+def cmd_history(args: argparse.Namespace) -> int:
+    """``perfgate history``: a profile's figures over its runs (and their plot)."""
     path = history_path(Path(args.history_dir), args.profile)
     entries = load_history(path)
     if not entries:
@@ -248,7 +253,8 @@ def _history(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plot(args: argparse.Namespace) -> int:
+def cmd_plot(args: argparse.Namespace) -> int:
+    """``perfgate plot``: write a run JSON's PNG plots."""
     from perfgate.render.plots.charts import render_run_plots
     from perfgate.render.plots.common import load_baseline_run, run_failed, run_stem
 

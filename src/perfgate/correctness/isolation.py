@@ -88,7 +88,7 @@ def _probe(candidates: tuple[str, ...]) -> Isolation:
             with tempfile.TemporaryDirectory(prefix="perfgate-probe-") as tmp:
                 Path(tmp, "candidate.py").write_text("print('ok')\n")
                 probe = subprocess.run(
-                    _bwrap_command(path, Path(tmp), 8, "probe"),
+                    bwrap_command(path, Path(tmp), 8, "probe"),
                     capture_output=True,
                     text=True,
                     timeout=30,
@@ -131,7 +131,9 @@ def _interpreter() -> str:
     return os.path.realpath(sys.executable)
 
 
-def _bwrap_command(bwrap: str, inputs: Path, tmp_mb: int, token: str) -> list[str]:
+def bwrap_command(bwrap: str, inputs: Path, tmp_mb: int, token: str) -> list[str]:
+    """The bubblewrap command line that runs ``/input/candidate.py`` isolated (``token``
+    marks its processes)."""
     return [
         bwrap,
         "--unshare-all",
@@ -178,7 +180,7 @@ def _bwrap_command(bwrap: str, inputs: Path, tmp_mb: int, token: str) -> list[st
     ]
 
 
-class _PidsCgroup:
+class PidsCgroup:
     """A ``pids`` cgroup capping the processes of one run, where one can be made."""
 
     def __init__(self, max_processes: int, name: str) -> None:
@@ -247,7 +249,7 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _limits(cpu_s: int, memory_mb: int, max_processes: int, cgroup: _PidsCgroup) -> None:
+def limits(cpu_s: int, memory_mb: int, max_processes: int, cgroup: PidsCgroup) -> None:
     """Child-side setup before exec (fork-safe: no locks, no imports)."""
     os.setsid()
     cgroup.enter()

@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfgate.correctness.isolation import _bwrap_command, _limits, _PidsCgroup, find_isolation
+from perfgate.correctness.isolation import PidsCgroup, bwrap_command, find_isolation, limits
 from perfgate.errors import SandboxUnavailable
 
 
@@ -78,7 +78,7 @@ def run_sandboxed(
         (inputs / "candidate.py").write_text(code + "\n\n" + tests + "\n", encoding="utf-8")
         if isolation.available:
             assert isolation.bwrap is not None
-            cgroup = _PidsCgroup(max_processes, token)
+            cgroup = PidsCgroup(max_processes, token)
             limit = (
                 f"at most {max_processes} processes (pids cgroup)"
                 if cgroup.path is not None
@@ -88,10 +88,10 @@ def run_sandboxed(
                     else "processes not capped (no writable pids cgroup), killed with the run"
                 )
             )
-            command = _bwrap_command(isolation.bwrap, inputs, tmp_mb, token)
+            command = bwrap_command(isolation.bwrap, inputs, tmp_mb, token)
             cwd, env, description = inputs, {}, isolation.describe(limit)
         else:
-            cgroup = _PidsCgroup(max_processes, token)
+            cgroup = PidsCgroup(max_processes, token)
             (inputs / "guard.py").write_text(_GUARD, encoding="utf-8")
             command = [sys.executable, "-I", "-S", "guard.py", token]
             cwd, env = inputs, {"PATH": "/usr/bin:/bin"}
@@ -120,7 +120,7 @@ def _run(
     timeout_s: float,
     memory_mb: int,
     max_processes: int,
-    cgroup: _PidsCgroup,
+    cgroup: PidsCgroup,
     isolation: str,
     run_id: str,
 ) -> SandboxResult:
@@ -132,7 +132,7 @@ def _run(
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        preexec_fn=lambda: _limits(cpu, memory_mb, max_processes, cgroup),
+        preexec_fn=lambda: limits(cpu, memory_mb, max_processes, cgroup),
     )
     try:
         out, _ = proc.communicate(timeout=timeout_s)

@@ -21,8 +21,8 @@ from perfgate.diagnose.changes import (
     ABSENT_IS_UNKNOWN,
     MEASURED_KEYS,
     FactChange,
-    _show,
     fact_changes,
+    show_fact,
     unknown_facts,
 )
 from perfgate.diagnose.logs import matching_log_lines
@@ -249,8 +249,12 @@ def _change_cause(change: FactChange) -> Cause | None:
             if b >= a:
                 return None  # more capacity does not slow anything down
             weight = rule.weight * (1 + (a - b) / a)
-            return Cause(weight, f"{rule.label} {_show(key, new)} (baseline {_show(key, old)})")
-    return Cause(rule.weight, f"{rule.label} {_show(key, new)} (baseline {_show(key, old)})")
+            return Cause(
+                weight, f"{rule.label} {show_fact(key, new)} (baseline {show_fact(key, old)})"
+            )
+    return Cause(
+        rule.weight, f"{rule.label} {show_fact(key, new)} (baseline {show_fact(key, old)})"
+    )
 
 
 def _absolute_causes(new: Mapping[str, Fact], old: Mapping[str, Fact]) -> list[Cause]:

@@ -56,10 +56,11 @@ class FactChange:
 
     def describe(self) -> str:
         """``key: old → new`` with absent values named."""
-        return f"{self.key}: {_show(self.key, self.old)} → {_show(self.key, self.new)}"
+        return f"{self.key}: {show_fact(self.key, self.old)} → {show_fact(self.key, self.new)}"
 
 
-def _show(key: str, fact: Fact | None) -> str:
+def show_fact(key: str, fact: Fact | None) -> str:
+    """A fact's value for people: ``(absent)``, a rate as a percentage, a float to 4 digits."""
     if fact is None:
         return "(absent)"
     value = fact.value

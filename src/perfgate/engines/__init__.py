@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 from perfgate.engines.base import (
     Engine,
     Fact,
@@ -20,38 +17,43 @@ from perfgate.engines.openai import OpenAICompatible
 from perfgate.engines.sglang import SGLang
 from perfgate.engines.vllm import VLLM
 from perfgate.errors import ProfileError
+from perfgate.registry import Registry, UnknownName
+
+ENGINES: Registry[Engine] = Registry("engine", package=__name__)
 
 
-def _discovered() -> dict[str, Engine]:
+def _register_engine_modules() -> None:
     """Every engine module of this package: one that defines ``ENGINE`` (an instance of
-    its :class:`~perfgate.engines.base.Engine`), by its ``name``. A new engine is one new
-    file here."""
+    its :class:`~perfgate.engines.base.Engine`), by its ``name``, in name order. A new
+    engine is one new file here."""
     found: dict[str, Engine] = {}
-    for module in pkgutil.iter_modules(__path__):
-        engine = getattr(importlib.import_module(f"{__name__}.{module.name}"), "ENGINE", None)
+    for module in ENGINES.discover():
+        engine = getattr(module, "ENGINE", None)
         if isinstance(engine, Engine):
             found[engine.name] = engine
-    return dict(sorted(found.items()))
+    for name in sorted(found):
+        ENGINES.register(name, found[name])
 
 
-_ENGINES = _discovered()
+_register_engine_modules()
 
 
 def engine_names() -> list[str]:
     """The engines a profile may name (``engine = "..."``)."""
-    return list(_ENGINES)
+    return list(ENGINES)
 
 
 def get_engine(name: str) -> Engine:
     """The engine module for a profile's ``engine`` field."""
     try:
-        return _ENGINES[name]
-    except KeyError:
-        known = ", ".join(sorted(_ENGINES))
+        return ENGINES[name]
+    except UnknownName as exc:
+        known = ", ".join(exc.known)
         raise ProfileError(f"engine {name!r} is not supported yet (supported: {known})") from None
 
 
 __all__ = [
+    "ENGINES",
     "VLLM",
     "Engine",
     "Fact",

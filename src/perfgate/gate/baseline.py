@@ -214,7 +214,8 @@ def load_profile_baselines(baselines_dir: Path, profile: str) -> dict[str, Basel
     return found
 
 
-def _key_order(key: str) -> tuple[str, float, int]:
+def key_order(key: str) -> tuple[str, float, int]:
+    """Sort key of a figure's key: measurement, level (measurement-wide first), figure order."""
     parsed = parse_key(key)
     level = -1 if parsed.concurrency is None else parsed.concurrency  # measurement-wide first
     return parsed.measurement, level, list(BY_NAME).index(parsed.figure.name)

@@ -56,7 +56,8 @@ def _worse(delta_pct: float, direction: Direction, margin: float) -> bool:
     return delta_pct < -threshold if direction == "higher" else delta_pct > threshold
 
 
-def _same_baseline(a: float, b: float) -> bool:
+def same_baseline(a: float, b: float) -> bool:
+    """Whether two recorded baseline values are the same baseline (equal but for rounding)."""
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)
 
 
@@ -114,7 +115,7 @@ def _streak(check: Check, window: Sequence[HistoryEntry], margin: float) -> list
         if (
             point is None
             or point.direction != check.direction
-            or not _same_baseline(point.baseline, check.baseline)
+            or not same_baseline(point.baseline, check.baseline)
             or not _worse(point.delta_pct, point.direction, margin)
         ):
             return None

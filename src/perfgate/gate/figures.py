@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from perfgate.measure.data import CapacitySearch, LevelData
 from perfgate.measure.metrics import Distribution, LevelMetrics
 from perfgate.measure.server import ServerSeries
+from perfgate.registry import Registry
 from perfgate.stats.estimate import Direction
 
 
@@ -414,23 +415,22 @@ SEARCH_FIGURES: list[Figure] = [
 ]
 
 
-BY_NAME: dict[str, Figure] = {f.name: f for f in (*FIGURES, SCALING, *CHOSEN, *SEARCH_FIGURES)}
+BY_NAME: Registry[Figure] = Registry("figure")
+BY_NAME.update((f.name, f) for f in (*FIGURES, SCALING, *CHOSEN, *SEARCH_FIGURES))
 
 
 def register(figure: Figure) -> None:
     """Add a figure to the registry: a default one (measured and judged at every level),
     a ``chosen`` one, or a measurement-wide one (``search``). Tables, CSV, Markdown,
     verdicts, baselines and history all read the registry; nothing else changes."""
-    if figure.name in BY_NAME:
-        raise ValueError(f"figure {figure.name!r} is already registered")
+    BY_NAME.register(figure.name, figure)  # a name taken twice is a ValueError
     group = SEARCH_FIGURES if figure.search else CHOSEN if figure.chosen else FIGURES
     group.append(figure)
-    BY_NAME[figure.name] = figure
 
 
 def unregister(name: str) -> None:
     """Remove a registered figure (KeyError when none has that name)."""
-    figure = BY_NAME.pop(name)
+    figure = BY_NAME.unregister(name)
     for group in (FIGURES, CHOSEN, SEARCH_FIGURES):
         if figure in group:
             group.remove(figure)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from perfgate.engines import Fact
 from perfgate.errors import BaselineError
-from perfgate.gate.baseline import MAX_TOLERANCE, SCHEMA_VERSION, Baseline, Expectation, _key_order
+from perfgate.gate.baseline import MAX_TOLERANCE, SCHEMA_VERSION, Baseline, Expectation, key_order
 from perfgate.gate.figures import delta_pct, delta_text
 from perfgate.gate.values import parse_key
 from perfgate.stats.decide import Rule
@@ -183,7 +183,7 @@ def build_baseline(
         profile=profile,
         hardware=hardware,
         provenance=prov,
-        metrics=dict(sorted(metrics.items(), key=lambda kv: _key_order(kv[0]))),
+        metrics=dict(sorted(metrics.items(), key=lambda kv: key_order(kv[0]))),
         facts=facts or {},
     )
     supported = {}

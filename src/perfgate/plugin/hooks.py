@@ -15,15 +15,15 @@ import perfgate.suites
 from perfgate.errors import PerfgateError
 from perfgate.plugin.options import (
     RENAMED_OPTIONS,
-    _display_mode,
-    _gate_options,
-    _progress,
-    _refuse_a_rootdir_taken_from_an_option,
-    _server_log,
-    _setting,
+    display_mode,
+    gate_options,
+    progress,
+    refuse_a_rootdir_taken_from_an_option,
+    server_log,
+    setting,
 )
 from perfgate.plugin.state import FIXTURE_MODULES, NOT_CONFIGURED, SESSION_KEY, SUMMARY_KEY
-from perfgate.plugin.terminal import _github_run_url
+from perfgate.plugin.terminal import github_run_url
 from perfgate.profile import default_profile, load_profile
 from perfgate.run.session import PerfgateSession
 
@@ -51,7 +51,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """The terminal reporter exists now (not yet when this plugin was configured)."""
     perf = session.config.stash.get(SESSION_KEY, None)
     if perf is not None:
-        perf.view.mode = _display_mode(session.config)
+        perf.view.mode = display_mode(session.config)
 
 
 def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -70,14 +70,14 @@ def pytest_configure(config: pytest.Config) -> None:
         "of these prompts are computed first, with the twin running alone",
     )
     config.stash[SUMMARY_KEY] = []
-    _refuse_a_rootdir_taken_from_an_option(config)
+    refuse_a_rootdir_taken_from_an_option(config)
     root = config.rootpath
     profiles_dir = root / config.getini("perfgate_profiles_dir")
     chosen = config.getoption("perfgate_profile")
     if chosen is None and not profiles_dir.is_dir():
         config.stash[SESSION_KEY] = None  # not a perfgate project: stay out of the way
         return
-    output = _setting(config, "perfgate_output") or str(root / ".perfgate")
+    output = setting(config, "perfgate_output") or str(root / ".perfgate")
     try:
         name = chosen or config.getini("perfgate_profile") or default_profile(profiles_dir)
         profile = load_profile(name, profiles_dir)
@@ -86,12 +86,12 @@ def pytest_configure(config: pytest.Config) -> None:
             root=root,
             baselines_dir=root / config.getini("perfgate_baselines_dir"),
             output_dir=Path(output),
-            base_url=_setting(config, "perfgate_base_url"),
-            server_log=_server_log(config),
+            base_url=setting(config, "perfgate_base_url"),
+            server_log=server_log(config),
             update_baselines=config.getoption("perfgate_update"),
-            options=_gate_options(config),
-            progress=_progress(config),
-            history_dir=Path(h) if (h := _setting(config, "perfgate_history")) else None,
+            options=gate_options(config),
+            progress=progress(config),
+            history_dir=Path(h) if (h := setting(config, "perfgate_history")) else None,
         )
     except PerfgateError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from exc
@@ -149,14 +149,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     perf = session.config.stash.get(SESSION_KEY, None)
     if perf is None:
         return
-    summaries = [Path(p) for p in (_setting(session.config, "perfgate_summary"),) if p]
+    summaries = [Path(p) for p in (setting(session.config, "perfgate_summary"),) if p]
     if github := os.environ.get("GITHUB_STEP_SUMMARY"):
         summaries.append(Path(github))
     outcome = perf.conclude(
         int(exitstatus),
         summary_paths=list(dict.fromkeys(p.resolve() for p in summaries)),  # each file once
-        plots=not _setting(session.config, "perfgate_no_plots"),
-        artifact_url=_github_run_url(),
+        plots=not setting(session.config, "perfgate_no_plots"),
+        artifact_url=github_run_url(),
     )
     session.exitstatus = outcome.exit_code
     session.config.stash[SUMMARY_KEY].extend(outcome.lines)

@@ -166,7 +166,7 @@ RENAMED_OPTIONS = {
 }
 
 
-def _setting(config: pytest.Config, name: str) -> Any:
+def setting(config: pytest.Config, name: str) -> Any:
     """An option's value from the command line, else from the project's configuration
     (paths there are relative to the configuration file's directory)."""
     given = config.getoption(name)
@@ -180,7 +180,7 @@ def _setting(config: pytest.Config, name: str) -> Any:
     return value or given
 
 
-def _progress(config: pytest.Config) -> ProgressView:
+def progress(config: pytest.Config) -> ProgressView:
     """Progress on pytest's terminal: live in a terminal, plain lines in a log, nothing
     under ``-q``; always with pytest's output capture suspended."""
 
@@ -196,10 +196,10 @@ def _progress(config: pytest.Config) -> ProgressView:
         with screen():
             reporter.write_line(message)
 
-    return ProgressView(write, _display_mode(config), screen=screen)
+    return ProgressView(write, display_mode(config), screen=screen)
 
 
-def _display_mode(config: pytest.Config) -> Mode:
+def display_mode(config: pytest.Config) -> Mode:
     """quiet under -q; terminal where pytest writes to one; else plain lines."""
     if config.get_verbosity() < 0:
         return "quiet"
@@ -207,7 +207,9 @@ def _display_mode(config: pytest.Config) -> Mode:
     return "terminal" if reporter is not None and reporter.isatty else "plain"
 
 
-def _gate_options(config: pytest.Config) -> GateOptions:
+def gate_options(config: pytest.Config) -> GateOptions:
+    """The gate's options from the command line and ini settings, checked (a usage error
+    when not)."""
     repeats = config.getoption("perfgate_repeats")
     abort = config.getoption("perfgate_abort_below")
     tolerance = config.getoption("perfgate_tolerance")
@@ -231,7 +233,7 @@ def _gate_options(config: pytest.Config) -> GateOptions:
         repeats=repeats,
         abort_below=abort,
         tolerance=tolerance,
-        hardware=_setting(config, "perfgate_hardware"),
+        hardware=setting(config, "perfgate_hardware"),
         allow_no_baseline=bool(
             config.getini("perfgate_allow_no_baseline") if allow is None else allow
         ),
@@ -239,11 +241,12 @@ def _gate_options(config: pytest.Config) -> GateOptions:
     )
 
 
-def _server_log(config: pytest.Config) -> Path | None:
-    path = _setting(config, "perfgate_server_log")
+def server_log(config: pytest.Config) -> Path | None:
+    """The attached server's log file (``--perf-server-log``), checked; None when not given."""
+    path = setting(config, "perfgate_server_log")
     if path is None:
         return None
-    if not _setting(config, "perfgate_base_url"):
+    if not setting(config, "perfgate_base_url"):
         raise pytest.UsageError(
             "perfgate: --perf-server-log only applies with --perf-base-url (perfgate reads "
             "the logs of servers it starts itself)"
@@ -263,7 +266,7 @@ PATH_OPTIONS = (
 )
 
 
-def _refuse_a_rootdir_taken_from_an_option(config: pytest.Config) -> None:
+def refuse_a_rootdir_taken_from_an_option(config: pytest.Config) -> None:
     """pytest picks its rootdir and configuration file before plugins' options are known,
     so the value of ``--perf-output /existing/dir`` (space, not ``=``) counts as a test path
     there: the project's pyproject.toml, profiles and baselines can then go unfound. Refuse

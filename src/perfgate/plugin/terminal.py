@@ -14,7 +14,7 @@ from perfgate.render.markdown import floors_only_line
 from perfgate.run.session import PerfgateSession
 
 
-def _github_run_url() -> str | None:
+def github_run_url() -> str | None:
     """In GitHub Actions, the run's page, where its uploaded artifacts are listed."""
     env = os.environ
     if not all(env.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID")):

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.errors import PerfgateError
-from perfgate.gate.creep import FigurePoint, HistoryEntry, _same_baseline
+from perfgate.gate.creep import FigurePoint, HistoryEntry, same_baseline
 from perfgate.gate.figures import BY_NAME, delta_text
 from perfgate.gate.values import level_name, parse_key
 from perfgate.render.plots.common import require_matplotlib
@@ -64,7 +64,7 @@ def _cell(entry: HistoryEntry, key: str, previous: FigurePoint | None) -> str:
     if point is None:
         return "-"
     marks = _MARKS.get(point.verdict, "")
-    if previous is not None and not _same_baseline(previous.baseline, point.baseline):
+    if previous is not None and not same_baseline(previous.baseline, point.baseline):
         marks += "*"
     value = f"{point.measured:.4g} {delta_text(point.delta_pct, '%')}"
     return value + (f" {marks}" if marks else "")

@@ -1,34 +1,35 @@
-"""The measurer: levels in order with repeats (a sweep of concurrencies or request rates),
-sequential single requests, and the capacity search; each level run through one
-:class:`~perfgate.run.window.MeasuredWindow`, decided by the run's gate policy."""
+"""The measurer: one loop over a plan (:mod:`perfgate.run.plans`: a sweep of concurrencies
+or request rates, sequential single requests, capacity searches), each level run through
+one :class:`~perfgate.run.window.MeasuredWindow` and saved as it ends; the run's gate
+policy decides repeats and the early abort."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from perfgate.client import RequestRecord
 from perfgate.client.monitor import timing_warning
 from perfgate.errors import BackendError, ProfileError, WorkloadError
-from perfgate.gate.capacity import search_capacity
 from perfgate.gate.values import level_name
 from perfgate.launch import Backend
 from perfgate.load.level import LevelRun, RateShape, RoundRunner, Tally, plain_rounds
 from perfgate.load.rayshards import RayShardPool
 from perfgate.load.shards import ShardPool
-from perfgate.load.sweep import Decision, run_sweep
+from perfgate.load.sweep import LevelRunner
 from perfgate.load.workers import (
     HttpxWorkers,
     RequestPlan,
-    SequentialClient,
     WireWorkers,
     Workers,
 )
 from perfgate.measure.data import CapacitySearch, LevelData, Measurement, Probe
+from perfgate.render import progress
 from perfgate.render.live import ProgressView
 from perfgate.results.run import RunRecord
 from perfgate.run.baselines import BaselineChoice
 from perfgate.run.notes import Notes
+from perfgate.run.plans import CapacityPlan, Decision, Plan, Step, SweepPlan
 from perfgate.run.prompting import PromptSource
 from perfgate.run.requests import behind_schedule, rate_text, request_plan, short_output_problem
 from perfgate.run.server import ServerControl
@@ -134,7 +135,131 @@ class Measurer:
             self.progress(f"perfgate: {again}")
         return step
 
-    # -- a sweep -----------------------------------------------------------------------
+    # -- the one loop ------------------------------------------------------------------
+    def run_plan(
+        self,
+        name: str,
+        plan: Plan,
+        collected: list[LevelData],
+        *,
+        prompts: Sequence[Prompt] | None = None,
+        runner: RoundRunner = plain_rounds,
+    ) -> None:
+        """Measure the plan's steps in order until it says no more: each level run's
+        prompts drawn (``prompts``: one queue drawn beforehand, for sequential steps),
+        run on connections kept across the steps, read through one measured window,
+        appended to ``collected`` and saved. Sequential steps send one request a round
+        of ``runner`` (pytest-benchmark's rounds for the first run, then plain ones)."""
+        backend = self.server.start()
+        w = self.profile.workload
+        kind = self.prompt_source.kind
+        window = self._window(backend)
+        current: list[Step] = []  # the step in progress (the live display's label)
+
+        def show_progress(tally: Tally) -> None:
+            step = current[-1]
+            label = progress.live_label(name, step.level, step.word, step.repeat + 1, tally.phase)
+            rate = rate_text(self.profile, kind, tally, self.forced)
+            self.view.show(label, tally.total, tally.done, tally.failed, rate)
+
+        def on_record(_: int, record: RequestRecord) -> None:
+            if not record.ok:
+                self.progress(progress.request_failed(record))
+
+        levels = LevelRunner(
+            backend.base_url,
+            self.plan(),
+            warmup=w.warmup,
+            level_timeout_s=self.profile.timeouts.level_s,
+            on_record=on_record,
+            on_progress=show_progress,
+            processes=w.client_processes,
+            rate_shape=RateShape(
+                arrival=w.arrival, burstiness=w.burstiness, max_in_flight=w.max_in_flight,
+                seed=w.seed,
+            ),
+            pool_for=self.shard_pool_for(),
+            workers_for=self.workers_for,
+        )  # fmt: skip
+        queue = iter(prompts or ())
+        with asyncio.Runner() as aio:
+            try:
+                done: list[LevelData] = []
+                while (step := plan.next(done)) is not None:
+                    current.append(step)
+                    if step.sequential:
+                        run = self._sequential(aio, levels, name, step, queue, window, runner)
+                        runner = plain_rounds  # pytest-benchmark times the first run only
+                    else:
+                        run = self._level_run(aio, levels, name, step, window)
+                    done.append(self._ended(name, step, window, run))
+                    collected.append(done[-1])
+            finally:
+                self.view.close_shown()
+                window.stop()
+                aio.run(levels.aclose())
+
+    def _level_run(
+        self,
+        aio: asyncio.Runner,
+        levels: LevelRunner,
+        name: str,
+        step: Step,
+        window: MeasuredWindow,
+    ) -> LevelRun:
+        """One run of a level: its prompts drawn (warmup first), run, the window open
+        over its measured requests."""
+        w = self.profile.workload
+        lengths = self.prompt_source.kind.lengths(w)
+        number = step.repeat + 1
+        self.progress(
+            progress.run_starts(
+                name, step.level, step.word, number, step.requests, lengths, w.warmup
+            )
+        )
+        drawn = self.prompts(name, step.level, step.repeat, step.requests + w.warmup)
+        return aio.run(levels.run(step.level, drawn, on_measure_start=window.open))
+
+    def _ended(self, name: str, step: Step, window: MeasuredWindow, run: LevelRun) -> LevelData:
+        """A level run ended: its data from the window, checked, said and saved."""
+        self.view.close_shown()
+        data = self._closed(window, run, step.repeat)
+        if data.rate is not None and (late := behind_schedule(self.profile, name, data)):
+            self.notes.warn(late)
+        if not step.sequential:
+            self.progress(progress.level_ended(name, data))
+        self.save()
+        return data
+
+    def _sequential(
+        self,
+        aio: asyncio.Runner,
+        levels: LevelRunner,
+        name: str,
+        step: Step,
+        queue: Iterator[Prompt],
+        window: MeasuredWindow,
+        runner: RoundRunner,
+    ) -> LevelRun:
+        """One run of sequential requests, one a round of ``runner``; the workload's
+        warmup requests go first, before the first run only."""
+        if step.repeat == 0:
+            for _ in range(self.profile.workload.warmup):
+                aio.run(levels.send(next(queue)))
+        records: list[RequestRecord] = []
+
+        def one_round() -> None:
+            records.append(aio.run(levels.send(next(queue))))
+            label = f"{name} run {step.repeat + 1}"  # after the record: no figure times a redraw
+            self.view.show(label, step.requests, len(records), sum(not r.ok for r in records))
+
+        window.open()
+        runner(one_round, step.requests)
+        if not records:  # a runner that ran nothing (e.g. benchmarks disabled oddly)
+            plain_rounds(one_round, step.requests)
+        return LevelRun(concurrency=1, records=records, start=records[0].start, end=records[-1].end)
+
+    # -- the measurements --------------------------------------------------------------
     def measure(
         self,
         name: str,
@@ -148,14 +273,17 @@ class Measurer:
         measurement = Measurement()
         self.run.measurements[name] = measurement
 
-        def after_level(c: int | float, done: list[LevelData]) -> Decision:
-            again = f"{name} {level_name(c)} near its limit; measuring again"
-            return self.after_run(name, measurement, done, "stopping the sweep", again)
+        def decide(level: int | float, runs: list[LevelData]) -> Decision:
+            if not backend.alive():
+                self.progress("perfgate: server is no longer running; stopping the sweep")
+                return "stop"
+            again = f"{name} {level_name(level)} near its limit; measuring again"
+            return self.after_run(name, measurement, runs, "stopping the sweep", again)
 
+        plan = SweepPlan(levels, requests_at, decide)
         try:
-            measurement.not_run = self._run_levels(
-                backend, name, levels, requests_at, measurement.levels, after_level
-            )
+            self.run_plan(name, plan, measurement.levels)
+            measurement.not_run = plan.not_run
         except (KeyboardInterrupt, WorkloadError) as exc:  # Ctrl-C or SIGTERM, or no prompts
             ran = {lv.level for lv in measurement.levels}
             measurement.not_run = [c for c in levels if c not in ran]
@@ -174,167 +302,26 @@ class Measurer:
         self.save()
         return measurement
 
-    def _run_levels(
-        self,
-        backend: Backend,
-        name: str,
-        levels: Sequence[int | float],
-        requests_at: Callable[[int | float], int],
-        collected: list[LevelData],
-        after_level: Callable[[int | float, list[LevelData]], Decision],
-        first_repeat: int = 0,
-        run_word: str = "run",
-    ) -> list[int | float]:
-        """Run levels in order, each level run appended to ``collected`` (and the run JSON
-        saved) as it ends; ``after_level`` decides on a level's runs so far. Returns the
-        levels not run. ``run_word`` names a repeat in progress lines ("search": the
-        capacity search a probe belongs to)."""
-        w = self.profile.workload
-        warmup = w.warmup
-        kind = self.prompt_source.kind
-        window = self._window(backend)
-        run_of: dict[str, int | float] = {"repeat": 0, "level": 0}
-
-        def show_progress(tally: Tally) -> None:
-            level, repeat = level_name(run_of["level"]), run_of["repeat"] + 1
-            label = f"{name} {level} {run_word} {repeat} {tally.phase}"
-            rate = rate_text(self.profile, kind, tally, self.forced)
-            self.view.show(label, tally.total, tally.done, tally.failed, rate)
-
-        def prompts_for(c: int | float, repeat: int) -> list[Prompt]:
-            run_of["repeat"], run_of["level"] = first_repeat + repeat, c
-            total = requests_at(c)
-            self.progress(
-                f"perfgate: {name} {level_name(c)} {run_word} {first_repeat + repeat + 1}: {total} "
-                f"requests ({kind.lengths(w)}, {warmup} warmup)"
-            )
-            return self.prompts(name, c, first_repeat + repeat, total + warmup)
-
-        def on_record(_: int, record: RequestRecord) -> None:
-            if not record.ok:
-                self.progress(f"perfgate:   request failed: {record.error}")
-
-        def on_level(level: LevelRun, repeat: int) -> None:
-            self.view.close_shown()
-            data = self._closed(window, level, first_repeat + repeat)
-            collected.append(data)
-            if data.rate is not None and (late := behind_schedule(self.profile, name, data)):
-                self.notes.warn(late)
-            m = data.metrics
-            self.progress(
-                f"perfgate: {name} {level_name(data.level)}: {m.agg_tok_s:.1f} tok/s agg, "
-                f"{m.per_request_tok_s.p50 or 0:.1f} tok/s per request (median), "
-                f"ok {m.ok}, fail {m.fail}, wall {m.wall_s:.1f}s"
-                + (
-                    f", {m.tokens_per_chunk:.2f} tokens per chunk"
-                    if m.tokens_per_chunk is not None and m.tokens_per_chunk > 1.005
-                    else ""
-                )
-                + (f"; {level.harness.describe()}" if level.harness else "")
-                + (f"; {data.server.describe()}" if data.server else "")
-            )
-            self.save()
-
-        def decide(c: int | float, runs: list[LevelRun]) -> Decision:
-            if not backend.alive():
-                self.progress("perfgate: server is no longer running; stopping the sweep")
-                return "stop"
-            return after_level(c, [d for d in collected if d.level == c][-len(runs) :])
-
-        try:
-            sweep = asyncio.run(
-                run_sweep(
-                    backend.base_url,
-                    self.plan(),
-                    levels,
-                    prompts_for,
-                    warmup=warmup,
-                    level_timeout_s=self.profile.timeouts.level_s,
-                    after_level=decide,
-                    on_record=on_record,
-                    on_level=on_level,
-                    on_measure_start=window.open,
-                    on_progress=show_progress,
-                    processes=w.client_processes,
-                    pool_for=self.shard_pool_for(),
-                    workers_for=self.workers_for,
-                    rate_shape=RateShape(
-                        arrival=w.arrival,
-                        burstiness=w.burstiness,
-                        max_in_flight=w.max_in_flight,
-                        seed=w.seed,
-                    ),
-                )
-            )
-        finally:
-            self.view.close_shown()
-            window.stop()
-        return sweep.not_run
-
-    # -- single requests ---------------------------------------------------------------
     def measure_single(
         self, name: str, rounds: int, runner: RoundRunner = plain_rounds
     ) -> Measurement:
         """Sequential single requests at C=1, one per round of ``runner`` (pytest-benchmark's
         ``pedantic`` or a plain loop); inconclusive figures get extra rounds."""
-        backend = self.server.start()
+        self.server.start()
         warmup = self.profile.workload.warmup
-        plan = self.plan()
-        policy = self.choice.policy
-        prompts = self.prompts(name, 1, 0, warmup + rounds * policy.max_runs)
+        prompts = self.prompts(name, 1, 0, warmup + rounds * self.choice.policy.max_runs)
         measurement = Measurement()
         self.run.measurements[name] = measurement
-        self.progress(f"perfgate: {name}: {rounds} sequential requests a run, {warmup} warmup")
-        client = SequentialClient(backend.base_url, plan, self.workers_for(backend.base_url))
-        records: list[RequestRecord] = []
-        queue = iter(prompts)
-        run_of = {"first": 0, "repeat": 0}
+        self.progress(progress.sequential_starts(name, rounds, warmup))
+        again = f"{name} near its limit; {rounds} more requests"
 
-        def send() -> RequestRecord:
-            prompt = next(queue)
-            return client.send(prompt.text, prompt.output_len, prompt.history)
+        def decide(level: int | float, runs: list[LevelData]) -> Decision:
+            return self.after_run(name, measurement, runs, "no more runs", again)
 
-        def one_round() -> None:
-            records.append(send())
-            run = records[run_of["first"] :]  # after the record: no figure times a redraw
-            label = f"{name} run {run_of['repeat'] + 1}"
-            self.view.show(label, rounds, len(run), sum(not r.ok for r in run))
-
-        window = self._window(backend)
-
-        def start_run(first: int, repeat: int) -> None:
-            run_of["first"], run_of["repeat"] = first, repeat
-            window.open()
-
-        def close_run(first: int, repeat: int) -> list[LevelData]:
-            self.view.close_shown()
-            batch = records[first:]
-            run = LevelRun(concurrency=1, records=batch, start=batch[0].start, end=batch[-1].end)
-            measurement.levels.append(self._closed(window, run, repeat))
-            self.save()
-            return measurement.levels
-
-        try:
-            for _ in range(warmup):
-                send()
-            start_run(0, 0)
-            runner(one_round, rounds)  # the first run through pytest-benchmark, if given
-            if not records:  # a runner that ran nothing (e.g. benchmarks disabled oddly)
-                plain_rounds(one_round, rounds)
-            runs = close_run(0, 0)
-            again = f"{name} near its limit; {rounds} more requests"
-            while self.after_run(name, measurement, runs, "no more runs", again) == "repeat":
-                first = len(records)
-                start_run(first, len(runs))
-                plain_rounds(one_round, rounds)
-                runs = close_run(first, len(runs))
-        finally:
-            self.view.close_shown()
-            client.close()
-            window.stop()
+        plan = SweepPlan([1], lambda _: rounds, decide, sequential=True)
+        self.run_plan(name, plan, measurement.levels, prompts=prompts, runner=runner)
         return measurement
 
-    # -- the capacity search -----------------------------------------------------------
     def measure_capacity(self, name: str) -> Measurement:
         """The capacity search (``[capacity]``), repeated like a level's runs: at least
         ``gate.repeats`` searches, more while the capacity is near its limit. Each probe is
@@ -353,46 +340,23 @@ class Measurer:
                 return spec.requests
             return w.rate_requests if spec.by == "rate" else int(level) * w.rounds
 
-        def probe(level: int | float) -> Probe:
-            runs: list[LevelData] = []
-            first = len(measurement.searches) - 1
-            self._run_levels(
-                backend, name, [level], requests_at, runs, lambda *_: "next", first, "search"
-            )
-            if not runs:
-                raise BackendError(f"{name}: the probe at {level_name(level)} did not run")
-            found = Probe.of(runs[-1], spec.target)
-            share = found.goodput.met_share or 0.0
-            self.progress(
-                f"perfgate: {name} {level_name(level)}: slo_met {share:.2f} "
-                f"{'>=' if found.met else '<'} target {spec.target:.2f}"
-            )
-            return found
-
-        def on_probe(search: CapacitySearch) -> None:
+        def again() -> Decision:
             self.save()
+            if not backend.alive():
+                measurement.aborted = "the server is no longer running"
+                return "stop"
+            step = policy.after_search(name, measurement, self.choice.baseline)
+            if step == "repeat" and len(measurement.searches) >= policy.min_runs:
+                self.progress(f"perfgate: {name} near its limit; searching again")
+            return step
 
+        def said(what: str, search: CapacitySearch, probe: Probe | None) -> None:
+            number = len(measurement.searches)
+            self.progress(progress.search_event(name, spec, what, search, number, probe))
+
+        plan = CapacityPlan(spec, measurement, requests_at, again, said)
         try:
-            step: str = "repeat"
-            while step == "repeat":
-                found = CapacitySearch(by=spec.by, target=spec.target, high=spec.high)
-                measurement.searches.append(found)
-                self.progress(
-                    f"perfgate: {name}: search {len(measurement.searches)}: the highest "
-                    f"{'request rate' if spec.by == 'rate' else 'concurrency'} from "
-                    f"{spec.low:g} to {spec.high:g} with slo_met >= {spec.target:.2f}"
-                )
-                search_capacity(found, spec, probe, on_probe)
-                self.progress(
-                    f"perfgate: {name}: search {len(measurement.searches)}: {found.describe()}"
-                )
-                self.save()
-                if not backend.alive():
-                    measurement.aborted = "the server is no longer running"
-                    break
-                step = policy.after_search(name, measurement, self.choice.baseline)
-                if step == "repeat" and len(measurement.searches) >= policy.min_runs:
-                    self.progress(f"perfgate: {name} near its limit; searching again")
+            self.run_plan(name, plan, [])
         except WorkloadError as exc:
             measurement.aborted = f"could not prepare a probe ({exc})"
             self.save()

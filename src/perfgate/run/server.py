@@ -59,10 +59,10 @@ class ServerControl:
 
     def start(self) -> Backend:
         """Launch (or attach to) the profile's server and wait until it generates a token."""
+        if self.error is not None:  # it could not start: no second try, the same error
+            raise self.error
         if self.backend is not None:
             return self.backend
-        if self.error is not None:
-            raise self.error
         if self.twin_request is not None and self._twin_result is None:
             self._run_twin_alone(*self.twin_request)
         s = self.settings

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from perfgate.stats.distributions import (
-    _STANDARD_NORMAL,
+    STANDARD_NORMAL,
     VALUE_FLOOR,
     combined_df,
     f_cdf,
@@ -210,7 +210,7 @@ def _early_offset(sigma: float, df: float, base: float, n: int, chance: float) -
         if sd <= 0:
             return math.fsum(w for z, w in grid if z * base > x)
         return math.fsum(
-            w * (1 - _STANDARD_NORMAL.cdf(max(-40.0, min(40.0, (x - z * base) / sd)))) ** n
+            w * (1 - STANDARD_NORMAL.cdf(max(-40.0, min(40.0, (x - z * base) / sd)))) ** n
             for z, w in grid
         )
 

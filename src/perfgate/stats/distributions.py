@@ -128,7 +128,7 @@ def combined_df(runs_var: float, runs_df: float, host_var: float, host_df: float
     return (runs_var + host_var) ** 2 / terms if terms > 0 else math.inf
 
 
-_STANDARD_NORMAL = statistics.NormalDist()
+STANDARD_NORMAL = statistics.NormalDist()  # N(0, 1): its cdf, for the chances of a verdict
 
 
 def normal_grid(points: int = 41, reach: float = 5.0) -> tuple[tuple[float, float], ...]:

@@ -9,7 +9,7 @@ from functools import lru_cache
 
 from perfgate.stats.decide import Comparison, Rule, early_offset
 from perfgate.stats.distributions import (
-    _STANDARD_NORMAL,
+    STANDARD_NORMAL,
     VALUE_FLOOR,
     normal_grid,
     t_quantile,
@@ -25,7 +25,7 @@ def _above(threshold: float, drift: float, noise: Noise) -> float:
     sigma = widened(noise.sigma, noise.df)
     if sigma <= 0:
         return 1.0 if drift > threshold else 0.0
-    return _STANDARD_NORMAL.cdf(max(-40.0, min(40.0, (drift - threshold) / sigma)))
+    return STANDARD_NORMAL.cdf(max(-40.0, min(40.0, (drift - threshold) / sigma)))
 
 
 def _signed_rank_pass(n: int, drift: float, threshold: float, noise: Noise, rule: Rule) -> float:
@@ -36,7 +36,7 @@ def _signed_rank_pass(n: int, drift: float, threshold: float, noise: Noise, rule
     if sd <= 0:
         return 1.0 if drift > threshold else 0.0
     z = (drift - threshold - t_quantile(rule.near, n - 1) * sd) / sd
-    return _STANDARD_NORMAL.cdf(max(-40.0, min(40.0, z)))
+    return STANDARD_NORMAL.cdf(max(-40.0, min(40.0, z)))
 
 
 def _pass_at_looks(
@@ -134,7 +134,7 @@ def derived_tolerance(
             else:
                 by_runs = 1 - _above(limit + margin, drift, noise) ** n
             z = (drift - limit - t_near * sd) / median_sd if median_sd > 0 else 40.0
-            by_median = 1 - _STANDARD_NORMAL.cdf(max(-40.0, min(40.0, z)))
+            by_median = 1 - STANDARD_NORMAL.cdf(max(-40.0, min(40.0, z)))
             total += weight * min(1.0, by_runs + by_median)
         return total
 

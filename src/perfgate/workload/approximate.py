@@ -9,7 +9,7 @@ import httpx
 
 from perfgate.engines.base import chat_messages
 from perfgate.errors import WorkloadError
-from perfgate.workload.prompts import Prompt, _joined, _random_words
+from perfgate.workload.prompts import Prompt, joined, random_words
 
 CALIBRATION_WORDS = 256
 
@@ -40,7 +40,7 @@ def approximate_prompts(
     prompt gives the fixed overhead, chat template included; a long one the tokens per
     word). Returns the prompts (``tokens`` None: not exact) and a note saying how far off."""
     rng = random.Random(seed)
-    sample = _random_words(rng, CALIBRATION_WORDS)
+    sample = random_words(rng, CALIBRATION_WORDS)
     try:
         overhead = _prompt_tokens(client, api, model, sample[0]) - 1
         measured = _prompt_tokens(client, api, model, " ".join(sample))
@@ -52,9 +52,9 @@ def approximate_prompts(
     per_word = max(measured - overhead, 1) / CALIBRATION_WORDS
     words = max(1, round((input_len - overhead) / per_word))
     shared = min(words - 1, round(prefix_len / per_word)) if prefix_len else 0
-    prefix = " ".join(_random_words(random.Random(f"{seed}:prefix"), shared))
+    prefix = " ".join(random_words(random.Random(f"{seed}:prefix"), shared))
     prompts = [
-        Prompt(_joined(prefix, _random_words(rng, words - shared)), None) for _ in range(count)
+        Prompt(joined(prefix, random_words(rng, words - shared)), None) for _ in range(count)
     ]
     common = f", the first {shared} shared" if shared else ""
     note = (

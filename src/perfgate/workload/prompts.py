@@ -125,11 +125,13 @@ class Tokenizer:
             raise WorkloadError(f"tokenize request to {path} failed: {exc}") from exc
 
 
-def _random_words(rng: random.Random, count: int) -> list[str]:
+def random_words(rng: random.Random, count: int) -> list[str]:
+    """``count`` words drawn at random from the word list."""
     return [rng.choice(WORDS) for _ in range(count)]
 
 
-def _joined(prefix: str, words: Sequence[str]) -> str:
+def joined(prefix: str, words: Sequence[str]) -> str:
+    """``prefix`` then ``words``, separated by spaces (no leading space without a prefix)."""
     return " ".join([prefix, *words]) if prefix else " ".join(words)
 
 
@@ -141,23 +143,23 @@ def exact_prompt(
     that missed)."""
     base = tokenizer.count(prefix) if prefix else 0
     target = max(1, input_len - base)  # tokens the words add
-    words = _random_words(rng, max(8, target * 2))
-    full = tokenizer.count(_joined(prefix, words)) - base
+    words = random_words(rng, max(8, target * 2))
+    full = tokenizer.count(joined(prefix, words)) - base
     # Tokens grow monotonically with words: estimate, then walk to the largest fit.
     n = max(1, min(len(words), round(target * len(words) / max(full, 1))))
-    count = tokenizer.count(_joined(prefix, words[:n]))
+    count = tokenizer.count(joined(prefix, words[:n]))
     steps = 0
     while count > input_len and n > 1 and steps < MAX_ADJUST_STEPS:
         n -= 1
-        count = tokenizer.count(_joined(prefix, words[:n]))
+        count = tokenizer.count(joined(prefix, words[:n]))
         steps += 1
     while n < len(words) and steps < MAX_ADJUST_STEPS:
-        more = tokenizer.count(_joined(prefix, words[: n + 1]))
+        more = tokenizer.count(joined(prefix, words[: n + 1]))
         steps += 1
         if more > input_len:
             break
         n, count = n + 1, more
-    text = _joined(prefix, words[:n])
+    text = joined(prefix, words[:n])
     if count > input_len:  # even one random word is too long: start from pad words alone
         text, count = prefix, tokenizer.count(prefix)
     for pad in PAD_WORDS * 4:  # close a gap with one-token words
@@ -257,7 +259,7 @@ def planned_prompt(
         text, tokens = prefix
         if tokens >= input_len:
             return None
-        return _joined(text, _planned_words(costs, rng, [], tokens, input_len))
+        return joined(text, _planned_words(costs, rng, [], tokens, input_len))
     starts = [w for w in PLAN_WORDS if costs.first[w] <= input_len]
     if not starts:
         return None

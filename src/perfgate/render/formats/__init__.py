@@ -7,11 +7,10 @@ new one with no other change.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from perfgate.registry import Registry
 from perfgate.results.run import RunRecord
 
 
@@ -32,19 +31,17 @@ class Format:
     render: Callable[[RunRecord, Context], str]
 
 
-FORMATS: dict[str, Format] = {}
+FORMATS: Registry[Format] = Registry("report format", package=__name__)
 
 
 def register(fmt: Format) -> Format:
     """Add a format (a name taken twice is an error)."""
-    if fmt.name in FORMATS and FORMATS[fmt.name] != fmt:
-        raise ValueError(f"report format {fmt.name!r} is already registered")
-    FORMATS[fmt.name] = fmt
-    return fmt
+    if FORMATS.get(fmt.name) == fmt:
+        return fmt  # the same format again
+    return FORMATS.register(fmt.name, fmt)
 
 
 def formats() -> dict[str, Format]:
     """Every format: those of this package's modules, and any registered besides."""
-    for module in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{module.name}")
+    FORMATS.discover()
     return dict(sorted(FORMATS.items()))

@@ -16,24 +16,24 @@ from perfgate.render.plots.common import (
     run_failed,
 )
 from perfgate.render.plots.draw import (
-    _aborted,
-    _concurrency_axis,
-    _draw_baseline,
-    _draw_marks,
-    _draw_not_run,
-    _draw_points,
-    _empty_note,
-    _Legend,
-    _nudges,
-    _ordered,
-    _save,
-    _suptitle,
+    Legend,
+    aborted,
+    concurrency_axis,
+    curves_first,
+    draw_baseline,
+    draw_marks,
+    draw_not_run,
+    draw_points,
+    empty_note,
+    level_nudges,
+    save,
+    suptitle,
 )
 from perfgate.render.plots.points import (
-    _checks_of,
-    _levels,
-    _seconds_unit,
+    checks_of,
     figure_points,
+    plotted_levels,
+    seconds_unit,
     tpot_points,
     ttft_points,
 )
@@ -44,14 +44,14 @@ def _throughput(
     plt: Any, run: RunRecord, measurements: Mapping[str, Measurement], path: Path
 ) -> Path:
     fig, ax = plt.subplots(figsize=SIZE, layout="constrained")
-    legend = _Legend()
-    levels = _levels(measurements, run.checks, "agg_tok_s")
-    nudges = _nudges(measurements, levels)
+    legend = Legend()
+    levels = plotted_levels(measurements, run.checks, "agg_tok_s")
+    nudges = level_nudges(measurements, levels)
     for i, (name, m) in enumerate(measurements.items()):
         color, nudge = f"C{i}", nudges[name]
-        checks = _checks_of(run.checks, name, "agg_tok_s")
-        _draw_baseline(ax, checks, name=name, color=color, factor=1.0, legend=legend, nudge=nudge)
-        _draw_points(
+        checks = checks_of(run.checks, name, "agg_tok_s")
+        draw_baseline(ax, checks, name=name, color=color, factor=1.0, legend=legend, nudge=nudge)
+        draw_points(
             ax,
             figure_points(m, "agg_tok_s"),
             label=f"{name}: median of runs",
@@ -61,37 +61,37 @@ def _throughput(
             legend=legend,
             nudge=nudge,
         )
-        _draw_marks(ax, checks, factor=1.0, legend=legend, nudge=nudge)
-    _draw_not_run(ax, measurements, legend)
+        draw_marks(ax, checks, factor=1.0, legend=legend, nudge=nudge)
+    draw_not_run(ax, measurements, legend)
     if not any(m.levels for m in measurements.values()):
-        _empty_note(ax, "nothing was measured")
-    _concurrency_axis(ax, levels)
+        empty_note(ax, "nothing was measured")
+    concurrency_axis(ax, levels)
     ax.set_ylim(bottom=0)
     ax.set_ylabel("aggregate output tok/s (all requests of a level)")
-    _suptitle(fig, "Aggregate throughput against concurrency", run, _aborted(measurements))
+    suptitle(fig, "Aggregate throughput against concurrency", run, aborted(measurements))
     legend.place(fig, [ax])
-    return _save(plt, fig, path)
+    return save(plt, fig, path)
 
 
 def _latency(plt: Any, run: RunRecord, measurements: Mapping[str, Measurement], path: Path) -> Path:
     fig, (ax_ttft, ax_tpot) = plt.subplots(1, 2, figsize=WIDE, layout="constrained")
-    legend = _Legend()
+    legend = Legend()
     ttft = {name: ttft_points(m) for name, m in measurements.items()}
     tpot = {name: tpot_points(m) for name, m in measurements.items()}
-    checks = {name: _checks_of(run.checks, name, "ttft_s") for name in measurements}
-    unit, factor = _seconds_unit(
+    checks = {name: checks_of(run.checks, name, "ttft_s") for name in measurements}
+    unit, factor = seconds_unit(
         [v for pts in ttft.values() for p in pts for v in (p.median, p.p99)]
         + [v for cs in checks.values() for _, ch in cs for v in (ch.baseline, ch.limit)]
     )
-    levels = _levels(measurements, run.checks, "ttft_s")
-    nudges = _nudges(measurements, levels)
+    levels = plotted_levels(measurements, run.checks, "ttft_s")
+    nudges = level_nudges(measurements, levels)
     for i, name in enumerate(measurements):
         color, nudge = f"C{i}", nudges[name]
-        _draw_baseline(
+        draw_baseline(
             ax_ttft, checks[name], name=name, color=color, factor=factor, legend=legend, nudge=nudge
         )
         for ax, points, scale in ((ax_ttft, ttft[name], factor), (ax_tpot, tpot[name], 1000.0)):
-            _draw_points(
+            draw_points(
                 ax,
                 points,
                 label=f"{name}: median of runs",
@@ -102,20 +102,20 @@ def _latency(plt: Any, run: RunRecord, measurements: Mapping[str, Measurement], 
                 legend=legend,
                 nudge=nudge,
             )
-        _draw_marks(ax_ttft, checks[name], factor=factor, legend=legend, nudge=nudge)
+        draw_marks(ax_ttft, checks[name], factor=factor, legend=legend, nudge=nudge)
     for ax in (ax_ttft, ax_tpot):
-        _draw_not_run(ax, measurements, legend)
-        _concurrency_axis(ax, levels)
+        draw_not_run(ax, measurements, legend)
+        concurrency_axis(ax, levels)
         ax.set_ylim(bottom=0)
         if not any(m.levels for m in measurements.values()):
-            _empty_note(ax, "nothing was measured")
+            empty_note(ax, "nothing was measured")
     ax_ttft.set_title("Time to first token")
     ax_ttft.set_ylabel(f"TTFT ({unit})")
     ax_tpot.set_title("Time per output token after the first")
     ax_tpot.set_ylabel("TPOT (ms)")
-    _suptitle(fig, "Latency against concurrency", run, _aborted(measurements))
+    suptitle(fig, "Latency against concurrency", run, aborted(measurements))
     legend.place(fig, [ax_ttft, ax_tpot])
-    return _save(plt, fig, path)
+    return save(plt, fig, path)
 
 
 def _distribution(
@@ -131,7 +131,7 @@ def _distribution(
         width_ratios=[max(1, len(m.by_concurrency())) for m in shown.values()],
         squeeze=False,
     )
-    unit, factor = _seconds_unit(
+    unit, factor = seconds_unit(
         [r.latency for m in shown.values() for lv in m.levels for r in lv.records if r.ok]
     )
     for i, (ax, (name, m)) in enumerate(zip(axes[0], shown.items(), strict=True)):
@@ -156,7 +156,7 @@ def _distribution(
                 flierprops={"marker": ".", "markersize": 4, "alpha": 0.5},
             )
         else:
-            _empty_note(ax, "no successful request")
+            empty_note(ax, "no successful request")
         ax.set_xticks(range(len(groups)), labels)
         ax.set_xlim(-0.6, max(len(groups), 1) - 0.4)
         ax.set_title(name)
@@ -179,8 +179,8 @@ def _distribution(
         "(box: quartiles and median; whiskers: 1.5 IQR; dots: outliers)",
         fontsize="small",
     )
-    _suptitle(fig, "Per-request latency by concurrency level", run, _aborted(measurements))
-    return _save(plt, fig, path)
+    suptitle(fig, "Per-request latency by concurrency level", run, aborted(measurements))
+    return save(plt, fig, path)
 
 
 def _vs_baseline(
@@ -190,10 +190,10 @@ def _vs_baseline(
     baseline_run: RunRecord,
     path: Path,
 ) -> Path:
-    base = _ordered({n: m.recomputed() for n, m in baseline_run.measurements.items()})
+    base = curves_first({n: m.recomputed() for n, m in baseline_run.measurements.items()})
     fig, (ax_tok, ax_ttft) = plt.subplots(1, 2, figsize=WIDE, layout="constrained")
-    legend = _Legend()
-    unit, factor = _seconds_unit(
+    legend = Legend()
+    unit, factor = seconds_unit(
         [
             p.median
             for ms in (measurements, base)
@@ -206,11 +206,11 @@ def _vs_baseline(
         "this run": (measurements, "#d62728" if run_failed(run) else "C0", "-"),
     }
     for ax, figure, scale in ((ax_tok, "agg_tok_s", 1.0), (ax_ttft, "ttft_s", factor)):
-        levels = _levels(measurements, run.checks, figure) | _levels(base, [], figure)
+        levels = plotted_levels(measurements, run.checks, figure) | plotted_levels(base, [], figure)
         for label, (ms, color, style) in who.items():
-            nudges = _nudges(ms, levels)
+            nudges = level_nudges(ms, levels)
             for j, (name, m) in enumerate(ms.items()):
-                _draw_points(
+                draw_points(
                     ax,
                     figure_points(m, figure),
                     label=f"{label}: {name}",
@@ -221,11 +221,11 @@ def _vs_baseline(
                     style=style,
                     marker="os^D"[j % 4],
                 )
-        nudges = _nudges(measurements, levels)
+        nudges = level_nudges(measurements, levels)
         for name in measurements:
-            failed = [(c, ch) for c, ch in _checks_of(run.checks, name, figure) if ch.failed]
-            _draw_marks(ax, failed, factor=scale, legend=legend, nudge=nudges[name])
-        _concurrency_axis(ax, levels)
+            failed = [(c, ch) for c, ch in checks_of(run.checks, name, figure) if ch.failed]
+            draw_marks(ax, failed, factor=scale, legend=legend, nudge=nudges[name])
+        concurrency_axis(ax, levels)
         ax.set_ylim(bottom=0)
     ax_tok.set_title("Aggregate throughput (median of runs)")
     ax_tok.set_ylabel("aggregate output tok/s")
@@ -236,9 +236,9 @@ def _vs_baseline(
         f"baseline run: {baseline_run.engine} {baseline_run.engine_version} on {hardware}, "
         f"recorded {baseline_run.created_at}"
     )
-    _suptitle(fig, "This run against the baseline's recorded run", run, [recorded])
+    suptitle(fig, "This run against the baseline's recorded run", run, [recorded])
     legend.place(fig, [ax_tok, ax_ttft])
-    return _save(plt, fig, path)
+    return save(plt, fig, path)
 
 
 def _server(plt: Any, run: RunRecord, path: Path) -> Path | None:
@@ -286,14 +286,14 @@ def _server(plt: Any, run: RunRecord, path: Path) -> Path | None:
     kv.set_ylim(0, 105)
     kv.set_xlabel("seconds of measured requests, level runs one after another")
     if not drawn & {"waiting", "running"}:
-        _empty_note(queue, "the server reported no queue gauge")
+        empty_note(queue, "the server reported no queue gauge")
     if "kv_usage" not in drawn:
-        _empty_note(kv, "the server reported no KV-cache use (see the run's notes)")
+        empty_note(kv, "the server reported no KV-cache use (see the run's notes)")
     for ax in (queue, kv):
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="upper left", fontsize=8)
-    _suptitle(fig, "The server's queue and KV cache through each level", run)
-    return _save(plt, fig, path)
+    suptitle(fig, "The server's queue and KV cache through each level", run)
+    return save(plt, fig, path)
 
 
 def not_by_concurrency(run: RunRecord) -> set[str]:
@@ -331,7 +331,7 @@ def render_run_plots(
         name = check.key.split(".", 1)[0]
         if name not in left_out:
             measurements.setdefault(name, Measurement())
-    measurements = _ordered(measurements)
+    measurements = curves_first(measurements)
     if not measurements:
         return []  # nothing measured by concurrency (e.g. only request rates)
     written = [

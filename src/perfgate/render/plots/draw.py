@@ -22,7 +22,7 @@ from perfgate.render.plots.points import Point
 from perfgate.results.run import RunRecord
 
 
-class _Legend:
+class Legend:
     """Collects each label once across a figure's axes, for one legend below them."""
 
     def __init__(self) -> None:
@@ -52,7 +52,7 @@ class _Legend:
             )
 
 
-def _concurrency_axis(ax: Any, levels: Iterable[int | float]) -> None:
+def concurrency_axis(ax: Any, levels: Iterable[int | float]) -> None:
     """Ticks at the actual levels; log base 2 when they span a factor of 10 or more."""
     ordered = sorted(set(levels)) or [1]
     lo, hi = ordered[0], ordered[-1]
@@ -68,12 +68,12 @@ def _concurrency_axis(ax: Any, levels: Iterable[int | float]) -> None:
     ax.grid(True, alpha=0.3)
 
 
-def _ordered(measurements: Mapping[str, Measurement]) -> dict[str, Measurement]:
+def curves_first(measurements: Mapping[str, Measurement]) -> dict[str, Measurement]:
     """Measurements with more than one level (the sweep) first: they are the curves."""
     return dict(sorted(measurements.items(), key=lambda item: len(item[1].by_concurrency()) < 2))
 
 
-def _nudges(
+def level_nudges(
     measurements: Mapping[str, Measurement], levels: Iterable[int | float]
 ) -> dict[str, Nudge]:
     """An x position per measurement: a single-level measurement (``single``) is moved a
@@ -91,14 +91,14 @@ def _nudges(
     }
 
 
-def _draw_points(
+def draw_points(
     ax: Any,
     points: list[Point],
     *,
     label: str,
     color: str,
     factor: float,
-    legend: _Legend,
+    legend: Legend,
     nudge: Nudge = float,
     runs_label: str | None = None,
     p99_label: str | None = None,
@@ -146,14 +146,14 @@ def _draw_points(
         )
 
 
-def _draw_baseline(
+def draw_baseline(
     ax: Any,
     checks: list[tuple[int | float, Check]],
     *,
     name: str,
     color: str,
     factor: float,
-    legend: _Legend,
+    legend: Legend,
     nudge: Nudge = float,
 ) -> None:
     """The baseline as a dashed line, shaded to its limit (the worst acceptable value)."""
@@ -192,12 +192,12 @@ def _draw_baseline(
         ax.vlines(xs, base, limit, linewidth=12, color=color, alpha=0.15, zorder=1, label=band)
 
 
-def _draw_marks(
+def draw_marks(
     ax: Any,
     checks: list[tuple[int | float, Check]],
     *,
     factor: float,
-    legend: _Legend,
+    legend: Legend,
     nudge: Nudge = float,
 ) -> None:
     """A mark on each figure whose verdict is worth one: at the measured value, or at
@@ -217,7 +217,7 @@ def _draw_marks(
         )
 
 
-def _draw_not_run(ax: Any, measurements: Mapping[str, Measurement], legend: _Legend) -> None:
+def draw_not_run(ax: Any, measurements: Mapping[str, Measurement], legend: Legend) -> None:
     """A dotted vertical line at each level that did not run, named at the top."""
     for name, m in measurements.items():
         for c in m.not_run:
@@ -242,7 +242,7 @@ def _draw_not_run(ax: Any, measurements: Mapping[str, Measurement], legend: _Leg
             )
 
 
-def _suptitle(fig: Any, what: str, run: RunRecord, extra: list[str] | None = None) -> None:
+def suptitle(fig: Any, what: str, run: RunRecord, extra: list[str] | None = None) -> None:
     """What the plot shows, the run, then notes (in red when the run failed)."""
     fig.suptitle(
         "\n".join([what, run_title(run), *(extra or [])]),
@@ -251,7 +251,8 @@ def _suptitle(fig: Any, what: str, run: RunRecord, extra: list[str] | None = Non
     )
 
 
-def _aborted(measurements: Mapping[str, Measurement]) -> list[str]:
+def aborted(measurements: Mapping[str, Measurement]) -> list[str]:
+    """A note line per measurement that stopped early, with why (shortened past 140 characters)."""
     lines = []
     for name, m in measurements.items():
         if m.aborted:
@@ -260,11 +261,13 @@ def _aborted(measurements: Mapping[str, Measurement]) -> list[str]:
     return lines
 
 
-def _empty_note(ax: Any, text: str) -> None:
+def empty_note(ax: Any, text: str) -> None:
+    """Grey text in the middle of empty axes, saying why they are empty."""
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="#555555")
 
 
-def _save(plt: Any, fig: Any, path: Path) -> Path:
+def save(plt: Any, fig: Any, path: Path) -> Path:
+    """Write the figure as a PNG at ``path``, close it, and return the path."""
     try:
         fig.savefig(path, dpi=DPI)
     finally:

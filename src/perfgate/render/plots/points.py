@@ -57,7 +57,7 @@ def tpot_points(measurement: Measurement) -> list[Point]:
     return _quantity_points(measurement, "tpot_p50_s", "tpot_p99_s")
 
 
-def _checks_of(
+def checks_of(
     checks: Iterable[Check], measurement: str, figure: str
 ) -> list[tuple[int | float, Check]]:
     """(concurrency, check) of one measurement's figure, by concurrency."""
@@ -73,16 +73,17 @@ def _checks_of(
     return sorted(out, key=lambda item: item[0])
 
 
-def _levels(
+def plotted_levels(
     measurements: Mapping[str, Measurement], checks: Iterable[Check], figure: str
 ) -> set[int | float]:
+    """Every level to put on the x axis: measured, not run, or judged by a check of ``figure``."""
     levels = {c for m in measurements.values() for c in (*m.by_concurrency(), *m.not_run)}
     for name in measurements:
-        levels.update(c for c, _ in _checks_of(checks, name, figure))
+        levels.update(c for c, _ in checks_of(checks, name, figure))
     return levels
 
 
-def _seconds_unit(values: Iterable[float | None]) -> tuple[str, float]:
+def seconds_unit(values: Iterable[float | None]) -> tuple[str, float]:
     """ms for values under a second, else s: (unit, factor from seconds)."""
     finite = [v for v in values if v is not None and math.isfinite(v)]
     return ("ms", 1000.0) if not finite or max(finite) < 1.0 else ("s", 1.0)

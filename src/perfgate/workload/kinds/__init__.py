@@ -9,8 +9,6 @@ package.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -22,6 +20,7 @@ import httpx
 from perfgate.engines import Engine
 from perfgate.errors import ProfileError
 from perfgate.profile import WorkloadSpec
+from perfgate.registry import Registry, UnknownName
 from perfgate.workload.prompts import Prompt, Tokenizer
 
 
@@ -77,23 +76,22 @@ class PromptKind:
         return f"{workload.input_len}{spread} in{shared} / {workload.output_len}{spread} out tokens"
 
 
-KINDS: dict[str, PromptKind] = {}
+KINDS: Registry[PromptKind] = Registry("prompt kind", package=__name__)
 
 
 def register(kind: PromptKind) -> PromptKind:
-    """Add a kind under each of its names."""
+    """Add a kind under each of its names (a name taken twice is an error)."""
     for name in kind.names:
-        KINDS[name] = kind
+        KINDS.register(name, kind)
     return kind
 
 
 def prompt_kind(name: str) -> PromptKind:
     """The kind a profile's ``workload.prompts`` names (every module here is looked at)."""
     if name not in KINDS:
-        for module in pkgutil.iter_modules(__path__):
-            importlib.import_module(f"{__name__}.{module.name}")
+        KINDS.discover()
     try:
         return KINDS[name]
-    except KeyError:
-        known = ", ".join(sorted(KINDS))
+    except UnknownName as exc:
+        known = ", ".join(exc.known)
         raise ProfileError(f"no prompt kind {name!r} (there are: {known})") from None

@@ -1,0 +1,133 @@
+"""What a measurement runs next. Each kind of measurement is a plan: ``next(done)`` gives
+the next level run (a :class:`Step`) from the level runs done so far, or None when the
+measurement is over. One loop (:meth:`perfgate.run.measuring.Measurer.run_plan`) pulls
+from any plan and measures each step through one measured window.
+
+A new kind of measurement is a new plan, here or in a module of its own: the loop, the
+window and the recording stay as they are (tests/unit/test_run_parts.py adds one)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from perfgate.gate.capacity import capacity_of, next_probe
+from perfgate.measure.data import CapacitySearch, LevelData, Measurement, Probe
+from perfgate.profile.workload import CapacitySpec
+
+Decision = Literal["next", "repeat", "stop"]  # after a level's run: what the plan does
+
+
+@dataclass(frozen=True)
+class Step:
+    """One level run to measure."""
+
+    level: int | float  # requests in flight, or requests a second (a float)
+    repeat: int  # the run's number at its level (a capacity probe: its search's number)
+    requests: int  # measured requests (the workload's warmup comes first)
+    word: str = "run"  # how progress lines name a repeat ("search": a capacity probe)
+    sequential: bool = False  # one request at a time on one connection (single requests)
+
+
+class Plan(Protocol):
+    """A measurement's plan: the loop calls ``next`` with every level run done so far."""
+
+    @property
+    def not_run(self) -> list[int | float]:
+        """The levels the plan stopped before."""
+        ...
+
+    def next(self, done: Sequence[LevelData]) -> Step | None: ...
+
+
+@dataclass
+class SweepPlan:
+    """Levels in order, each run again while ``decide`` says "repeat" (a figure near its
+    limit), the rest skipped once it says "stop" (the early abort).
+    ``decide(level, runs)`` sees the level's runs so far; ``requests_at(level)`` gives a
+    run's measured requests. ``sequential``: one request at a time (single requests)."""
+
+    levels: Sequence[int | float]
+    requests_at: Callable[[int | float], int]
+    decide: Callable[[int | float, list[LevelData]], Decision]
+    sequential: bool = False
+    not_run: list[int | float] = field(default_factory=list)
+    _position: int = 0
+    _runs: list[LevelData] = field(default_factory=list)
+    _seen: int = 0
+
+    def _step(self, repeat: int) -> Step:
+        level = self.levels[self._position]
+        return Step(level, repeat, self.requests_at(level), sequential=self.sequential)
+
+    def next(self, done: Sequence[LevelData]) -> Step | None:
+        new, self._seen = done[self._seen :], len(done)
+        if not new:  # the first step
+            return self._step(0) if self.levels else None
+        self._runs += new
+        level = self.levels[self._position]
+        decision = self.decide(level, list(self._runs))
+        if decision == "repeat":
+            return self._step(len(self._runs))
+        self._position += 1
+        self._runs = []
+        if decision == "stop" or self._position >= len(self.levels):
+            self.not_run = list(self.levels[self._position :]) if decision == "stop" else []
+            return None
+        return self._step(0)
+
+
+@dataclass
+class CapacityPlan:
+    """Capacity searches (``[capacity]``), each probing levels until the highest that met
+    the target is bracketed (:func:`perfgate.gate.capacity.next_probe`); another search
+    while ``again()`` says "repeat". Each probe is one level run, kept as a
+    :class:`Probe` of the current :class:`CapacitySearch` in ``measurement``. ``said``
+    hears what a progress line reports: a search started, a probe judged, a search ended."""
+
+    spec: CapacitySpec
+    measurement: Measurement
+    requests_at: Callable[[int | float], int]
+    again: Callable[[], Decision]
+    said: Callable[[str, CapacitySearch, Probe | None], None] = lambda *_: None
+    not_run: list[int | float] = field(default_factory=list)
+    _met: dict[int | float, bool] = field(default_factory=dict)
+    _seen: int = 0
+
+    def _search(self) -> CapacitySearch:
+        spec = self.spec
+        search = CapacitySearch(by=spec.by, target=spec.target, high=spec.high)
+        self.measurement.searches.append(search)
+        self._met = {}
+        self.said("search", search, None)
+        return search
+
+    def next(self, done: Sequence[LevelData]) -> Step | None:
+        spec, searches = self.spec, self.measurement.searches
+        new, self._seen = done[self._seen :], len(done)
+        search = searches[-1] if new else self._search()
+        if new:
+            probe = Probe.of(new[-1], spec.target)
+            search.probes.append(probe)
+            self._met[probe.level] = probe.met
+            self.said("probe", search, probe)
+        level = next_probe(
+            self._met,
+            low=spec.low,
+            high=spec.high,
+            precision=spec.precision,
+            integer=spec.by == "concurrency",
+        )
+        if level is None:  # this search is over
+            search.capacity = capacity_of(self._met)
+            self.said("found", search, None)
+            if self.again() != "repeat":
+                return None
+            search = self._search()
+            level = next_probe(
+                {}, low=spec.low, high=spec.high, precision=spec.precision,
+                integer=spec.by == "concurrency",
+            )  # fmt: skip
+            assert level is not None  # an empty search always has a first probe
+        return Step(level, len(searches) - 1, self.requests_at(level), word="search")
