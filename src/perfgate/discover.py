@@ -16,14 +16,12 @@ from urllib.parse import urlparse
 
 import httpx
 
-from perfgate.engines import get_engine
+from perfgate.engines import ENGINES, Identified, ServerProbe, get_engine
 from perfgate.errors import PerfgateError
 from perfgate.launch.hardware import describe_local_hardware, is_this_machine
 from perfgate.profile import load_profile_file
 
 PROBE_TIMEOUT_S = 30.0  # a 1-token request on a busy CPU server can take seconds
-VERSION_SOURCES = {"llamacpp": "/props build_info", "vllm": "/version", "sglang": "/server_info"}
-ENGINE_NAMES = {"llamacpp": "llama.cpp", "vllm": "vLLM", "sglang": "SGLang", "openai": "server"}
 
 
 @dataclass
@@ -42,38 +40,19 @@ class ServerFacts:
     unknown: list[str] = field(default_factory=list)
 
 
-def _get_json(client: httpx.Client, path: str) -> dict | None:
-    try:
-        response = client.get(path)
-    except httpx.HTTPError:
-        return None
-    if response.status_code in (401, 403):
-        raise PerfgateError(
-            f"{client.base_url} answered {response.status_code} to GET {path}: it wants an "
-            "API key. Put it in an environment variable and name the variable: perfgate "
-            "init --perf-base-url URL --api-key-env VLLM_API_KEY"
-        )
-    if response.status_code != 200:
-        return None
-    try:
-        body = response.json()
-    except ValueError:
-        return None
-    return body if isinstance(body, dict) else None
-
-
-def _metrics_prefix(client: httpx.Client) -> str | None:
-    """The engine a /metrics page names (``vllm:``, ``llamacpp:``, ``sglang:``), if any."""
-    try:
-        response = client.get("/metrics")
-    except httpx.HTTPError:
-        return None
-    if response.status_code != 200:
-        return None
-    for engine, prefix in (("vllm", "vllm:"), ("llamacpp", "llamacpp:"), ("sglang", "sglang:")):
-        if re.search(rf"^{re.escape(prefix)}", response.text, re.M):
-            return engine
-    return ""
+def identify_engine(probe: ServerProbe) -> tuple[str, Identified] | None:
+    """Which registered engine serves the probed server, and what it told: the first
+    engine (in registration order) certain it does, else the first that suggests it; None
+    when no engine claims it (any OpenAI-compatible server)."""
+    suggested: tuple[str, Identified] | None = None
+    for name, engine in ENGINES.items():
+        found = engine.identify(probe)
+        if found is None:
+            continue
+        if found.certain:
+            return name, found
+        suggested = suggested or (name, found)
+    return suggested
 
 
 def _chat_works(client: httpx.Client, model: str) -> bool:
@@ -86,14 +65,24 @@ def _chat_works(client: httpx.Client, model: str) -> bool:
     return response.status_code == 200
 
 
-def probe_server(base_url: str, headers: dict[str, str] | None = None) -> ServerFacts:
-    """Ask the server at ``base_url`` what it is: /v1/models, /props (llama.cpp),
-    /version (vLLM), /server_info (SGLang), /metrics and a one-token chat request."""
+def probe_server(
+    base_url: str,
+    headers: dict[str, str] | None = None,
+    transport: httpx.BaseTransport | None = None,
+) -> ServerFacts:
+    """Ask the server at ``base_url`` what it is: /v1/models, /metrics, each registered
+    engine's :meth:`~perfgate.engines.base.Engine.identify` (e.g. /props for llama.cpp,
+    /server_info for SGLang), the engine's version and a one-token chat request.
+    ``transport`` replaces the network (a test's ``httpx.MockTransport``)."""
     facts = ServerFacts(base_url=base_url.rstrip("/"))
     with httpx.Client(
-        base_url=facts.base_url, headers=headers or {}, timeout=PROBE_TIMEOUT_S
+        base_url=facts.base_url,
+        headers=headers or {},
+        timeout=PROBE_TIMEOUT_S,
+        transport=transport,
     ) as client:
-        models = _get_json(client, "/v1/models")
+        probe = ServerProbe(client)
+        models = probe.json("/v1/models")
         if models is None or not models.get("data"):
             raise PerfgateError(
                 f"{facts.base_url}/v1/models did not list a model: is this an "
@@ -102,26 +91,17 @@ def probe_server(base_url: str, headers: dict[str, str] | None = None) -> Server
         first = models["data"][0]
         facts.model = str(first.get("id", ""))
         facts.sources["model"] = "/v1/models"
-        props = _get_json(client, "/props")
-        from_metrics = _metrics_prefix(client)
-        facts.metrics = from_metrics is not None
-        if props is not None and ("build_info" in props or "total_slots" in props):
-            facts.engine, facts.sources["engine"] = "llamacpp", "/props"
-            facts.slots = props.get("total_slots")
-            facts.sources["slots"] = "/props total_slots"
-            n_ctx = (first.get("meta") or {}).get("n_ctx")
-            if n_ctx:
-                facts.context, facts.sources["context"] = int(n_ctx), "/v1/models meta.n_ctx"
-        elif from_metrics:
-            facts.engine, facts.sources["engine"] = from_metrics, f"/metrics ({from_metrics}:*)"
-        elif _get_json(client, "/server_info") or _get_json(client, "/get_server_info"):
-            facts.engine, facts.sources["engine"] = "sglang", "/server_info"
-        if facts.engine == "vllm" and first.get("max_model_len"):
-            facts.context = int(first["max_model_len"])
-            facts.sources["context"] = "/v1/models max_model_len"
-        facts.version = get_engine(facts.engine).version(client)
+        facts.metrics = probe.text("/metrics") is not None
+        identified = identify_engine(probe)
+        if identified is not None:
+            facts.engine, found = identified
+            facts.sources["engine"] = found.source
+            facts.slots, facts.context = found.slots, found.context
+            facts.sources.update(found.sources)
+        engine = get_engine(facts.engine)
+        facts.version = engine.version(client)
         if facts.version != "unknown":
-            facts.sources["version"] = VERSION_SOURCES.get(facts.engine, "the server")
+            facts.sources["version"] = engine.version_source
         facts.chat = _chat_works(client, facts.model)
         facts.sources["api"] = (
             "a one-token chat request answered"
@@ -165,7 +145,8 @@ def profile_toml(
     now = now or datetime.now(UTC)
     local = is_this_machine(urlparse(facts.base_url).hostname or "")
     hardware = str(describe_local_hardware().get("key") or "this-host") if local else "FILL-IN"
-    engine = ENGINE_NAMES.get(facts.engine, facts.engine)
+    known = ENGINES.get(facts.engine)
+    engine = (known.title if known else None) or facts.engine
     api = "chat" if facts.chat else "completions"
     src = facts.sources
     lines = [

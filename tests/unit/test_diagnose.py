@@ -20,7 +20,8 @@ from perfgate.diagnose.causes import RULES, diagnose, likely_causes
 from perfgate.diagnose.changes import fact_changes
 from perfgate.diagnose.logs import matching_log_lines
 from perfgate.engines import VLLM, Fact, LlamaCpp, SGLang
-from perfgate.engines.base import DIAGNOSIS_GREP, facts_from_flags, parse_spec_counters
+from perfgate.engines.facts import DIAGNOSIS_GREP, facts_from_flags
+from perfgate.engines.prometheus import parse_spec_counters
 from perfgate.engines.sglang import parse_server_args, spec_counters_from
 from perfgate.engines.vllm import parse_python_dict
 from perfgate.gate.verdict import Check

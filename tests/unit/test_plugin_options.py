@@ -70,3 +70,14 @@ def test_setup_options_come_from_the_project_configuration_relative_to_it(tmp_pa
     (project / "logs" / "server.log").write_text("main: server is listening\n")
     done = pytest_in(project, "-m", "perf", "--co", "--perf-server-log=elsewhere.log")
     assert "elsewhere.log: no such file" in done.stderr, "the command line wins over the ini"
+
+
+def test_an_unknown_report_format_is_a_usage_error_before_any_server_starts(tmp_path):
+    from tests.helpers import TINY, profile_toml, run_pytest
+
+    tiny = profile_toml(TINY, tmp_path, name="tiny")
+    result = run_pytest("-m", "perf", f"--perf-profile={tiny}", "--perf-report=pdf", "suites/perf")
+    out = result.stdout + result.stderr
+    assert result.returncode == 4, out  # pytest's usage error
+    assert "--perf-report: no report format 'pdf' (there are: csv, junit, markdown, text)" in out
+    assert "starting llamacpp" not in out

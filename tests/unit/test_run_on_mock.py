@@ -258,6 +258,29 @@ def test_a_new_plan_runs_on_the_one_loop_with_no_other_change(tmp_path):
     assert all(d.server is not None for d in collected)  # read through the window
 
 
+def test_a_new_report_format_is_written_by_the_gated_run(tmp_path, monkeypatch):
+    """A format registered here (one module's worth: a Format and register): the gated
+    run writes it next to the run JSON when asked (--perf-report NAME), with the shipped
+    ones; an unknown name is an error naming the known ones."""
+    from perfgate.render.formats import FORMATS, Format, find_format
+
+    def figures(run, context):
+        return "\n".join(f"{c.key}={c.verdict}" for c in run.checks) + f"\n{context.run_json}\n"
+
+    monkeypatch.setitem(FORMATS, "figures", Format("figures", "key=verdict lines", figures))
+    session = _session(tmp_path, MockLlamaServer(), update=True)
+    session.perf_selected = True
+    session.measure_single("single", 3)
+    session.gate("single")
+    outcome = session.conclude(0, plots=False, reports=["figures", "junit"])
+    written = session.run_path.with_suffix(".figures")
+    assert written.read_text().startswith("single.c1.agg_tok_s=no-baseline"), outcome.lines
+    assert session.run_path.with_suffix(".xml").read_text().startswith("<?xml")
+    assert any("figures report written to" in line for line in outcome.lines)
+    with pytest.raises(ValueError, match=r"no report format 'pdf' \(there are: csv, figures"):
+        find_format("pdf")
+
+
 def test_an_injected_transport_needs_a_server_to_attach_to(tmp_path):
     with pytest.raises(ProfileError, match="needs base_url"):
         PerfgateSession(

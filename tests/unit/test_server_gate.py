@@ -157,7 +157,7 @@ def test_a_baseline_value_of_0_is_refused_for_any_figure_but_a_count():
 
 
 def test_a_queue_behind_the_configured_slots_names_them():
-    from perfgate.engines import Fact
+    from perfgate.facts import Fact
 
     slots = {"waiting": [0, 4, 4, 2], "running": [2, 2, 2, 2], "kv": [0.1, 0.2, 0.2, 0.2]}
     new = facts_of(slots) | {"arg.max_num_seqs": Fact(value=2, source="log")}

@@ -119,10 +119,10 @@ def test_the_fake_names_only_calls_the_real_module_has():
 @pytest.mark.parametrize("energy_counter", [True, False], ids=["counter", "power-x-time"])
 def test_a_level_reads_every_gpu_and_its_energy(energy_counter):
     sampler = GpuSampler(FakeNvml([H200, BUSY], energy_counter=energy_counter), 0.05)
-    sampler.start()
+    sampler.open()
     time.sleep(0.4)
-    telemetry = sampler.stop()
-    assert telemetry is not None and sampler.stop() is None  # stopped once
+    telemetry = sampler.close()
+    assert telemetry is not None and sampler.close() is None  # stopped once
     idle, busy = telemetry.gpus
     assert (idle.name, idle.util_mean_pct, busy.util_mean_pct) == ("NVIDIA H200", 12, 90)
     assert idle.samples >= 5  # every 50 ms over 0.4 s, plus the first and last
@@ -243,10 +243,10 @@ def test_the_smi_loop_gives_a_levels_telemetry_and_stops(tmp_path):
 
     smi = fake_nvidia_smi(tmp_path / "bin")
     sampler = SmiSampler(["sh", "-c", f"exec {smi.parent}/{smi_command(0.1)}"])
-    sampler.start()
+    sampler.open()
     time.sleep(0.6)
     process = sampler._process
-    telemetry = sampler.stop()
+    telemetry = sampler.close()
     assert telemetry is not None and process is not None and process.poll() is not None
     h100, a100 = telemetry.gpus
     assert h100.name == "NVIDIA H100 80GB HBM3" and h100.samples >= 3
@@ -260,7 +260,7 @@ def test_an_smi_loop_that_cannot_run_gives_no_telemetry_and_says_why(tmp_path):
     from perfgate.measure.telemetry import SmiSampler
 
     sampler = SmiSampler(["sh", "-c", "echo 'sh: 1: nvidia-smi: not found'; exit 127"])
-    sampler.start()
+    sampler.open()
     time.sleep(0.2)
-    assert sampler.stop() is None
+    assert sampler.close() is None
     assert sampler.problem == "sh: 1: nvidia-smi: not found"

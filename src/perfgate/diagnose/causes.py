@@ -27,7 +27,7 @@ from perfgate.diagnose.changes import (
 )
 from perfgate.diagnose.logs import matching_log_lines
 from perfgate.diagnose.server import server_causes
-from perfgate.engines import Fact
+from perfgate.facts import Fact
 from perfgate.gate.verdict import Check
 
 # A speculative profile whose acceptance fell below this share of the baseline's.

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from perfgate.engines import Fact
+from perfgate.facts import Fact
 
 # Facts of the server's own metrics per level (diagnose.server): causes, not changes.
 SERVER_FACTS = "server."

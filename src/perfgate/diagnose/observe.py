@@ -1,5 +1,5 @@
-"""Watching the server under test: speculative counters over a measured window, its
-configuration facts, and what a server of unknown kind accepts.
+"""Watching the server under test: its configuration facts, and what a server of unknown
+kind accepts (the readings over a measured window: :mod:`perfgate.measure.samplers`).
 
 Reads only; deciding and recording stay in :mod:`perfgate.run.session`.
 """
@@ -13,55 +13,11 @@ import httpx
 
 from perfgate.diagnose.measured import gpu_facts, spec_facts
 from perfgate.diagnose.server import server_facts
-from perfgate.engines import Engine, Fact, Facts, SpecCounters, parse_spec_counters
+from perfgate.engines import Engine, Fact, Facts
 from perfgate.http_clients import NETWORK, HttpClients
 from perfgate.launch import Backend
 from perfgate.measure.data import Measurement
-from perfgate.measure.metrics import LevelMetrics, SpecStats
-
-
-class SpecWindow:
-    """Speculative-decoding counter deltas over exactly the measured part of a level."""
-
-    def __init__(
-        self,
-        engine: Engine,
-        base_url: str,
-        headers: dict[str, str],
-        clients: HttpClients = NETWORK,
-    ) -> None:
-        self.engine = engine
-        self.clients = clients
-        self.base_url = base_url
-        self.headers = headers  # the server's API key and extra headers
-        self.before: SpecCounters | None = None
-
-    def _read(self, text: str | None) -> SpecCounters | None:
-        if self.engine.metrics_path is None or self.engine.spec_prefix is None:
-            return None
-        if text is not None:  # read already (the server-metrics sampler's read)
-            return parse_spec_counters(text, self.engine.spec_prefix)
-        with self.clients.client(self.base_url, timeout=10.0, headers=self.headers) as c:
-            return self.engine.spec_counters(c)
-
-    def open(self, text: str | None = None) -> None:
-        """Read the counters as measured requests start (from ``text``, the server's
-        metrics just read, where given)."""
-        self.before = self._read(text)
-
-    def close(self, text: str | None = None) -> SpecStats | None:
-        """Counts since ``open`` (None where the server exposes no spec counters)."""
-        after = self._read(text)
-        if after is None or self.before is None:
-            return None
-        delta = after.minus(self.before)
-        self.before = None
-        return SpecStats(
-            drafts=delta.drafts,
-            draft_tokens=delta.draft_tokens,
-            accepted=delta.accepted,
-            accepted_per_position=list(delta.accepted_per_position),
-        )
+from perfgate.measure.metrics import LevelMetrics
 
 
 def read_facts(

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from perfgate.diagnose.changes import SERVER_FACTS
-from perfgate.engines import Fact, Facts
+from perfgate.facts import Fact, Facts
 from perfgate.gate.values import level_tag
 from perfgate.measure.data import Measurement
 from perfgate.measure.server import ServerSeries

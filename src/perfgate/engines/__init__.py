@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-from perfgate.engines.base import (
-    Engine,
-    Fact,
-    Facts,
-    SpecCounters,
-    flags_from_args,
-    is_secret_name,
-    parse_spec_counters,
-    resolve_model_path,
-)
+from perfgate.engines.argv import flags_from_args
+from perfgate.engines.base import Engine
+from perfgate.engines.identify import Identified, ServerProbe
 from perfgate.engines.llamacpp import LlamaCpp
 from perfgate.engines.openai import OpenAICompatible
+from perfgate.engines.prometheus import SpecCounters, parse_spec_counters
 from perfgate.engines.sglang import SGLang
 from perfgate.engines.vllm import VLLM
+from perfgate.engines.weights import resolve_model_path
 from perfgate.errors import ProfileError
+from perfgate.facts import Fact, Facts
+from perfgate.profile import is_secret_name
 from perfgate.registry import Registry, UnknownName
 
 ENGINES: Registry[Engine] = Registry("engine", package=__name__)
@@ -58,9 +55,11 @@ __all__ = [
     "Engine",
     "Fact",
     "Facts",
+    "Identified",
     "LlamaCpp",
     "OpenAICompatible",
     "SGLang",
+    "ServerProbe",
     "SpecCounters",
     "engine_names",
     "flags_from_args",

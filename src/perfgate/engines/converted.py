@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from perfgate.engines.base import resolve_model_path
+from perfgate.engines.weights import resolve_model_path
 from perfgate.errors import EngineUnavailable
 from perfgate.profile import Profile
 

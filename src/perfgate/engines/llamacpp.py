@@ -10,19 +10,14 @@ from typing import Any, ClassVar
 
 import httpx
 
-from perfgate.engines.base import (
-    Engine,
-    Fact,
-    Facts,
-    FactValue,
-    LogPattern,
-    chat_messages,
-    facts_from_flags,
-    log_pattern,
-    server_argv,
-)
+from perfgate.engines.argv import server_argv
+from perfgate.engines.base import Engine
+from perfgate.engines.chat import chat_messages
+from perfgate.engines.facts import LogPattern, facts_from_flags, log_pattern
+from perfgate.engines.identify import Identified, ServerProbe
 from perfgate.engines.server_metrics import MetricMap
 from perfgate.errors import EngineUnavailable
+from perfgate.facts import Fact, Facts, FactValue
 from perfgate.profile import Profile
 
 
@@ -220,6 +215,8 @@ class LlamaCpp(Engine):
     log_grep: ClassVar[str] = (
         r"accept|spec|draft|n_threads|n_slots|n_ctx|KV|flash|offload|usable GPU|cuda ?graph"
     )
+    title: ClassVar[str | None] = "llama.cpp"
+    version_source: ClassVar[str] = "/props build_info"
 
     def launch_command(
         self, profile: Profile, host: str, port: int, model: str | None = None
@@ -280,6 +277,23 @@ class LlamaCpp(Engine):
             except ImportError:
                 pass
         return build
+
+    def identify(self, probe: ServerProbe) -> Identified | None:
+        """llama-server's /props names its build and slots (the context per request is
+        in /v1/models ``meta.n_ctx``); else its /metrics names ``llamacpp:*``."""
+        props = probe.json("/props")
+        if props is None or ("build_info" not in props and "total_slots" not in props):
+            return probe.by_metrics("llamacpp:")
+        n_ctx = (probe.model.get("meta") or {}).get("n_ctx")
+        sources = {"slots": "/props total_slots"}
+        if n_ctx:
+            sources["context"] = "/v1/models meta.n_ctx"
+        return Identified(
+            "/props",
+            slots=props.get("total_slots"),
+            context=int(n_ctx) if n_ctx else None,
+            sources=sources,
+        )
 
     def command_facts(self, argv: list[str]) -> Facts:
         facts = facts_from_flags(argv, self.flag_facts)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from perfgate.engines.base import Engine
 
@@ -16,6 +17,7 @@ class OpenAICompatible(Engine):
     health_path: str | None = None
     tokenize_path: str | None = None
     features_known: bool = False
+    title: ClassVar[str | None] = "server"  # any server: the description names none
 
 
 ENGINE = OpenAICompatible()  # found by perfgate.engines: an engine is this one file

@@ -12,21 +12,15 @@ from typing import Any, ClassVar
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from perfgate.engines.base import (
-    Engine,
-    Fact,
-    Facts,
-    FactValue,
-    LogPattern,
-    SpecCounters,
-    arg_values,
-    chat_messages,
-    facts_from_args,
-    log_pattern,
-    server_argv,
-)
+from perfgate.engines.argv import server_argv
+from perfgate.engines.base import Engine
+from perfgate.engines.chat import chat_messages
 from perfgate.engines.converted import engine_python, served_model
+from perfgate.engines.facts import LogPattern, arg_values, facts_from_args, log_pattern
+from perfgate.engines.identify import Identified, ServerProbe
+from perfgate.engines.prometheus import SpecCounters
 from perfgate.engines.server_metrics import MetricMap
+from perfgate.facts import Fact, Facts, FactValue
 from perfgate.profile import Profile
 
 SGLANG_PYTHON_ENV = "PERFGATE_SGLANG_PYTHON"
@@ -195,6 +189,8 @@ class SGLang(Engine):
         },
     )
     log_patterns: ClassVar[tuple[LogPattern, ...]] = SGLANG_LOG
+    title: ClassVar[str | None] = "SGLang"
+    version_source: ClassVar[str] = "/server_info"
 
     def prepare_model(self, profile: Profile) -> str:
         """The weights' path; a GGUF converted to a Hugging Face directory (once, cached)
@@ -245,6 +241,15 @@ class SGLang(Engine):
 
     def version(self, client: httpx.Client) -> str:
         return str(self.server_info(client).get("version", "unknown"))
+
+    def identify(self, probe: ServerProbe) -> Identified | None:
+        """SGLang's /metrics names ``sglang:*`` (with --enable-metrics); without them, an
+        answer from /server_info (older: /get_server_info) suggests SGLang, uncertain
+        (another server may answer it too): another engine's certain claim wins."""
+        found = probe.by_metrics("sglang:")
+        if found is None and any(probe.json(path) for path in SERVER_INFO_PATHS):
+            return Identified("/server_info", certain=False)
+        return found
 
     def spec_counters(self, client: httpx.Client) -> SpecCounters | None:
         info = self.server_info(client)

@@ -4,27 +4,21 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from perfgate.engines.base import (
-    Engine,
-    Fact,
-    Facts,
-    FactValue,
-    LogPattern,
-    arg_values,
-    chat_messages,
-    coerce,
-    log_pattern,
-    server_argv,
-)
+from perfgate.engines.argv import server_argv
+from perfgate.engines.base import Engine
+from perfgate.engines.chat import chat_messages
 from perfgate.engines.converted import engine_python, served_model
+from perfgate.engines.facts import LogPattern, arg_values, coerce, log_pattern
+from perfgate.engines.identify import Identified, ServerProbe
 from perfgate.engines.server_metrics import MetricMap
+from perfgate.facts import Fact, Facts, FactValue
 from perfgate.profile import Profile
 
 VLLM_PYTHON_ENV = "PERFGATE_VLLM_PYTHON"
@@ -235,6 +229,8 @@ class VLLM(Engine):
         }
     )
     log_patterns: ClassVar[tuple[LogPattern, ...]] = VLLM_LOG
+    title: ClassVar[str | None] = "vLLM"
+    version_source: ClassVar[str] = "/version"
 
     def prepare_model(self, profile: Profile) -> str:
         """The weights' path; a GGUF converted to a Hugging Face directory (once, cached)
@@ -272,6 +268,15 @@ class VLLM(Engine):
             return str(response.json().get("version", "unknown"))
         except (httpx.HTTPError, ValueError):
             return "unknown"
+
+    def identify(self, probe: ServerProbe) -> Identified | None:
+        """vLLM's /metrics names ``vllm:*``; /v1/models gives each model's
+        ``max_model_len``."""
+        found = probe.by_metrics("vllm:")
+        max_len = probe.model.get("max_model_len") if found else None
+        if found is None or not max_len:
+            return found
+        return replace(found, context=int(max_len), sources={"context": "/v1/models max_model_len"})
 
     def command_facts(self, argv: list[str]) -> Facts:
         """vLLM logs its non-default args itself; the command line adds nothing."""

@@ -13,8 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from perfgate.engines import Fact
 from perfgate.errors import BaselineError
+from perfgate.facts import Fact
 from perfgate.files import write_json_atomic
 from perfgate.gate.figures import BY_NAME
 from perfgate.gate.values import parse_key

@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from perfgate.engines import Fact
 from perfgate.errors import BaselineError
+from perfgate.facts import Fact
 from perfgate.gate.baseline import MAX_TOLERANCE, SCHEMA_VERSION, Baseline, Expectation, key_order
 from perfgate.gate.figures import delta_pct, delta_text
 from perfgate.gate.values import parse_key

@@ -132,6 +132,8 @@ class ServerSampler:
     """Reads the server's metrics at :meth:`open` and :meth:`close`, and its gauges every
     ``interval_s`` on a thread between them."""
 
+    part = "server"  # the level's data it fills (a Sampler: perfgate.measure.samplers)
+
     def __init__(self, fetch: Fetch, metric_map: MetricMap, interval_s: float) -> None:
         self.fetch = fetch
         self.metric_map = metric_map

@@ -113,7 +113,7 @@ class _Gpu:
 
 
 class GpuSampler:
-    """Samples every GPU on a thread between :meth:`start` and :meth:`stop`."""
+    """Samples every GPU on a thread between :meth:`open` and :meth:`close`."""
 
     def __init__(self, nvml: ModuleType, interval_s: float = SAMPLE_INTERVAL_S) -> None:
         self.nvml = nvml
@@ -123,7 +123,9 @@ class GpuSampler:
         self._gpus: list[_Gpu] = []
         self._started = 0.0
 
-    def start(self) -> None:
+    part = "gpu"  # the level's data it fills (a Sampler: perfgate.measure.samplers)
+
+    def open(self) -> None:
         """Begin a level's sampling (a sampling in progress is dropped)."""
         self.stop()
         nvml = self.nvml
@@ -158,7 +160,11 @@ class GpuSampler:
             if clock is not None:
                 gpu.clock.append(float(clock))
 
-    def stop(self) -> GpuTelemetry | None:
+    def stop(self) -> None:
+        """End the sampling, keeping nothing (interrupted)."""
+        self.close()
+
+    def close(self) -> GpuTelemetry | None:
         """End the sampling: the level's telemetry (None when none was started)."""
         if self._thread is None:
             return None
@@ -237,7 +243,7 @@ def parse_smi_line(line: str) -> tuple[int, str, list[float | None]] | None:
 class SmiSampler:
     """Samples the serving host's GPUs through ``nvidia-smi``'s sampling loop, run by
     ``argv`` (the launcher's way there: the ssh launcher's connection), read on a thread
-    between :meth:`start` and :meth:`stop`. Energy is power integrated over the samples."""
+    between :meth:`open` and :meth:`close`. Energy is power integrated over the samples."""
 
     def __init__(self, argv: list[str], interval_s: float = SAMPLE_INTERVAL_S) -> None:
         self.argv = argv
@@ -248,7 +254,9 @@ class SmiSampler:
         self._started = 0.0
         self.problem = ""  # the loop's last words, when it ended on its own
 
-    def start(self) -> None:
+    part = "gpu"  # the level's data it fills (a Sampler: perfgate.measure.samplers)
+
+    def open(self) -> None:
         """Begin a level's sampling (a sampling in progress is dropped)."""
         self.stop()
         self._gpus = {}
@@ -285,7 +293,11 @@ class SmiSampler:
             if clock is not None:
                 gpu.clock.append(clock)
 
-    def stop(self) -> GpuTelemetry | None:
+    def stop(self) -> None:
+        """End the sampling, keeping nothing (interrupted)."""
+        self.close()
+
+    def close(self) -> GpuTelemetry | None:
         """End the sampling: the level's telemetry (None when none was started, or when
         the loop gave no sample: :attr:`problem` says what it said)."""
         process, thread = self._process, self._thread

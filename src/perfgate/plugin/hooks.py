@@ -25,6 +25,7 @@ from perfgate.plugin.options import (
 from perfgate.plugin.state import FIXTURE_MODULES, NOT_CONFIGURED, SESSION_KEY, SUMMARY_KEY
 from perfgate.plugin.terminal import github_run_url
 from perfgate.profile import default_profile, load_profile
+from perfgate.render.formats import find_format
 from perfgate.run.session import PerfgateSession
 
 
@@ -95,6 +96,11 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     except PerfgateError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from exc
+    for report in config.getoption("perfgate_report"):  # checked before anything starts
+        try:
+            find_format(report)
+        except ValueError as exc:
+            raise pytest.UsageError(f"perfgate: --perf-report: {exc}") from exc
     config.stash[SESSION_KEY] = session
     for module in FIXTURE_MODULES:
         config.pluginmanager.import_plugin(module)
@@ -156,6 +162,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         int(exitstatus),
         summary_paths=list(dict.fromkeys(p.resolve() for p in summaries)),  # each file once
         plots=not setting(session.config, "perfgate_no_plots"),
+        reports=session.config.getoption("perfgate_report"),
         artifact_url=github_run_url(),
     )
     session.exitstatus = outcome.exit_code

@@ -116,6 +116,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "DIR/<profile>.jsonl, which the slow-creep rule reads (default: <--perf-output>/history)",
     )
     group.addoption(
+        "--perf-report",
+        dest="perfgate_report",
+        action="append",
+        default=[],
+        metavar="FORMAT",
+        help="also write the run's report in FORMAT next to the run JSON (repeatable; "
+        "the formats of `perfgate report --format`: csv, junit, markdown, text, and any "
+        "registered)",
+    )
+    group.addoption(
         "--perf-no-plots",
         dest="perfgate_no_plots",
         action="store_true",

@@ -12,8 +12,8 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from perfgate.diagnose.causes import DiagnosisRecord
-from perfgate.engines import Fact
 from perfgate.errors import PerfgateError
+from perfgate.facts import Fact
 from perfgate.files import write_bytes_atomic, write_json_atomic
 from perfgate.gate.verdict import Check
 from perfgate.measure.data import Measurement

@@ -9,10 +9,12 @@ from pathlib import Path
 from perfgate import __version__
 from perfgate.correctness.golden import GoldenOutputs, compare_golden, golden_path, save_golden
 from perfgate.errors import BaselineError
+from perfgate.files import write_bytes_atomic
 from perfgate.gate.baseline import save_baseline
 from perfgate.gate.creep import apply_creep_rule
 from perfgate.gate.recording import build_baseline, diff_lines, too_tight
 from perfgate.gate.values import run_values
+from perfgate.render.formats import Context, find_format
 from perfgate.render.markdown import markdown_summary
 from perfgate.render.plots.charts import render_run_plots
 from perfgate.render.plots.common import PlotsUnavailable, load_baseline_run
@@ -180,12 +182,26 @@ class Recorder:
         summary_paths: Sequence[Path] = (),
         plots: bool = True,
         artifact_url: str | None = None,
+        reports: Sequence[str] = (),
     ) -> list[str]:
-        """The run's plots (next to the run JSON) and its Markdown summary (appended to
-        each of ``summary_paths``, e.g. ``$GITHUB_STEP_SUMMARY``; ``artifact_url``: where
-        CI keeps the files), all computed from the run JSON; returns the lines to print."""
+        """The run's plots (next to the run JSON), its reports in each format of
+        ``reports`` (:mod:`perfgate.render.formats`, next to it too) and its Markdown
+        summary (appended to each of ``summary_paths``, e.g. ``$GITHUB_STEP_SUMMARY``;
+        ``artifact_url``: where CI keeps the files), all computed from the run JSON;
+        returns the lines to print."""
         lines: list[str] = []
         files: list[str] = []
+        context = Context(run_json=self._relative(self.run_path), artifact_url=artifact_url)
+        for name in reports:
+            fmt = find_format(name)
+            path = self.run_path.with_suffix(fmt.file_suffix)
+            try:
+                write_bytes_atomic(path, fmt.render(self.run, context).encode())
+            except OSError as exc:
+                lines.append(f"perfgate: could not write the {name} report to {path}: {exc}")
+            else:
+                files.append(self._relative(path))
+                lines.append(f"perfgate: {name} report written to {self._relative(path)}")
         if plots and self.run.measurements:
             baseline_run = None
             if self.run.status == "failed":
@@ -200,9 +216,10 @@ class Recorder:
             except (PlotsUnavailable, OSError) as exc:
                 lines.append(f"perfgate: no plots: {exc}")
             else:
-                files = [self._relative(path) for path in written]
-                if files:
-                    lines.append(f"perfgate: plots written: {', '.join(files)}")
+                plotted = [self._relative(path) for path in written]
+                files += plotted
+                if plotted:
+                    lines.append(f"perfgate: plots written: {', '.join(plotted)}")
                 else:
                     lines.append(
                         "perfgate: no plots: they draw levels of concurrency, and this run "

@@ -18,7 +18,6 @@ from perfgate.measure.server import ServerSeries
 from perfgate.measure.telemetry import (
     SAMPLE_INTERVAL_S,
     GpuSampler,
-    GpuTelemetry,
     SmiSampler,
     open_nvml,
     smi_command,
@@ -159,18 +158,6 @@ class ServerControl:
         note = why if why.startswith("no GPU telemetry") else f"no GPU telemetry: {why}"
         self._gpu = note
         self.notes.say(note)
-
-    def gpu_stopped(self, sampler: GpuSampler | SmiSampler | None) -> GpuTelemetry | None:
-        """A level's GPU telemetry; a remote loop that gave no sample stops the sampling
-        for the run, with a note saying what it said."""
-        if sampler is None:
-            return None
-        telemetry = sampler.stop()
-        if telemetry is None and isinstance(sampler, SmiSampler):
-            self.no_gpu_telemetry(
-                f"nvidia-smi on the server's host gave no sample ({sampler.problem or 'no output'})"
-            )
-        return telemetry
 
     def server_metrics_absent(self, series: ServerSeries) -> None:
         """Say once which words of the server-metrics vocabulary this server did not

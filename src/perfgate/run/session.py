@@ -390,13 +390,15 @@ class PerfgateSession:
         summary_paths: Sequence[Path] = (),
         plots: bool = True,
         artifact_url: str | None = None,
+        reports: Sequence[str] = (),
     ) -> Outcome:
         """End the run: stop the server, judge every baseline figure (those of deselected
         tests too, when perf tests ran), apply the slow-creep rule, write the run JSON,
         record a baseline when asked, the history and the reports. ``status``: the test
         runner's exit code so far (0 passed, 1 tests failed, 2 interrupted, others its
-        own). Returns the exit code (:func:`perfgate.gate.policy.exit_code`) and the lines
-        to print."""
+        own). ``reports``: report formats written next to the run JSON
+        (:mod:`perfgate.render.formats`). Returns the exit code
+        (:func:`perfgate.gate.policy.exit_code`) and the lines to print."""
         self.stop_backend()
         if self.backend is None and not self.run.measurements:
             return Outcome(status)  # nothing of this run touched a server
@@ -429,7 +431,7 @@ class PerfgateSession:
         lines.append(f"perfgate: run JSON written to {self.run_path}")
         lines += self.recorder.append_history()
         lines += self.recorder.write_reports(
-            summary_paths=summary_paths, plots=plots, artifact_url=artifact_url
+            summary_paths=summary_paths, plots=plots, artifact_url=artifact_url, reports=reports
         )
         return Outcome(int(status), lines)
 

@@ -1,15 +1,19 @@
 """One measured window: what the engine's counters, its own metrics and the GPUs say over
-exactly the measured requests of a level run, read the same way for every measurement."""
+exactly the measured requests of a level run, read the same way for every measurement.
+Each source is a :class:`~perfgate.measure.samplers.Sampler`; the window opens them all
+as the measured requests start and closes each into its part of the level's data."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from perfgate.diagnose.observe import SpecWindow
 from perfgate.launch import Backend
 from perfgate.load.level import LevelRun
 from perfgate.measure.data import LevelData
+from perfgate.measure.metrics import SpecStats
+from perfgate.measure.samplers import Sampler, SpecSampler
 from perfgate.measure.server import ServerSampler, ServerSeries, http_fetch, token_gap
+from perfgate.measure.telemetry import GpuTelemetry, SmiSampler
 from perfgate.profile import Profile
 from perfgate.run.notes import Notes
 from perfgate.run.server import ServerControl
@@ -17,54 +21,70 @@ from perfgate.run.server import ServerControl
 
 class MeasuredWindow:
     """Opened when a level run's measured requests start, closed into its
-    :class:`~perfgate.measure.data.LevelData` when they end: the speculative-decoding
-    counters' deltas, the server's metrics (:mod:`perfgate.measure.server`) and the GPU
-    telemetry over that window, the output lengths and token counts checked."""
+    :class:`~perfgate.measure.data.LevelData` when they end. Its samplers: the server's
+    metrics (:mod:`perfgate.measure.server`, where the engine serves them), the
+    speculative-decoding counters (from the same read), the GPUs (where perfgate can
+    read them)."""
 
     def __init__(
-        self, server: ServerControl, backend: Backend, profile: Profile, notes: Notes
+        self,
+        server: ServerControl,
+        backend: Backend,
+        profile: Profile,
+        notes: Notes,
     ) -> None:
         self.control = server
         self.engine = engine = server.engine
         self.profile = profile
         self.notes = notes
         clients = server.settings.http
-        self.spec = SpecWindow(engine, backend.base_url, backend.headers, clients)
-        self.gpu = server.gpu_sampler()
-        self.server: ServerSampler | None = None
+        self.samplers: list[Sampler] = []
         self._close_fetch: Callable[[], None] | None = None
         interval = profile.server.metrics_interval_s
+        metrics: ServerSampler | None = None
         if engine.metrics_path and engine.metric_map.names and interval > 0:
             fetch, self._close_fetch = http_fetch(
                 backend.base_url, engine.metrics_path, backend.headers, clients
             )
-            self.server = ServerSampler(fetch, engine.metric_map, interval)
+            metrics = ServerSampler(fetch, engine.metric_map, interval)
+            self.samplers.append(metrics)
+        self.metrics = metrics
+
+        def metrics_text() -> str | None:
+            return self.metrics.last_text if self.metrics is not None else None
+
+        spec = SpecSampler(engine, backend.base_url, backend.headers, clients, metrics_text)
+        self.samplers.append(spec)
+        if (gpu := server.gpu_sampler()) is not None:
+            self.samplers.append(gpu)
 
     def open(self) -> None:
         """The measured requests start."""
-        text = None
-        if self.server is not None:
-            self.server.open()
-            text = self.server.last_text
-        self.spec.open(text)
-        if self.gpu is not None:
-            self.gpu.start()
+        for sampler in self.samplers:
+            sampler.open()
 
     def close(self, run: LevelRun, repeat: int) -> LevelData:
         """The measured requests ended: the level run's data."""
-        server = self.server.close() if self.server is not None else None
-        spec = self.spec.close(self.server.last_text if self.server is not None else None)
-        if server is not None:
+        parts = {sampler.part: sampler.close() for sampler in list(self.samplers)}
+        server = parts.get("server")
+        if isinstance(server, ServerSeries):
             server = self._completed(server, run)
+        gpu, spec = parts.get("gpu"), parts.get("spec")
+        for smi in [s for s in self.samplers if isinstance(s, SmiSampler)]:
+            if gpu is None:  # a remote loop that gave no sample: no more sampling this run
+                self.samplers.remove(smi)
+                self.control.no_gpu_telemetry(
+                    f"nvidia-smi on the server's host gave no sample ({smi.problem or 'no output'})"
+                )
         data = LevelData.from_run(
             run,
             repeat,
-            spec=spec,
+            spec=spec if isinstance(spec, SpecStats) else None,
             slo=self.profile.slo,
-            gpu=self.control.gpu_stopped(self.gpu),
-            server=server,
+            gpu=gpu if isinstance(gpu, GpuTelemetry) else None,
+            server=server if isinstance(server, ServerSeries) else None,
         )
-        if server is not None and (gap := token_gap(server, data.metrics)) is not None:
+        if isinstance(server, ServerSeries) and (gap := token_gap(server, data.metrics)):
             self.notes.warn(gap)
         return data
 
@@ -89,15 +109,17 @@ class MeasuredWindow:
         return series
 
     def _drop_server(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
+        """No more server metrics this run (the server answered no read)."""
+        if self.metrics is not None:
+            self.metrics.stop()
+            self.samplers.remove(self.metrics)
+            self.metrics = None
         if self._close_fetch is not None:
             self._close_fetch()
             self._close_fetch = None
 
     def stop(self) -> None:
         """Interrupted mid-level, or done: the samplers' threads end."""
-        if self.gpu is not None:
-            self.gpu.stop()
+        for sampler in self.samplers:
+            sampler.stop()
         self._drop_server()

@@ -7,7 +7,7 @@ import random
 
 import httpx
 
-from perfgate.engines.base import chat_messages
+from perfgate.engines.chat import chat_messages
 from perfgate.errors import WorkloadError
 from perfgate.workload.prompts import Prompt, joined, random_words
 

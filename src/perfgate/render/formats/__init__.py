@@ -29,6 +29,12 @@ class Format:
     name: str
     help: str
     render: Callable[[RunRecord, Context], str]
+    suffix: str = ""  # the file's suffix where a gated run writes it (default: .NAME)
+
+    @property
+    def file_suffix(self) -> str:
+        """The suffix of the file a gated run writes (``--perf-report NAME``)."""
+        return self.suffix or f".{self.name}"
 
 
 FORMATS: Registry[Format] = Registry("report format", package=__name__)
@@ -39,6 +45,14 @@ def register(fmt: Format) -> Format:
     if FORMATS.get(fmt.name) == fmt:
         return fmt  # the same format again
     return FORMATS.register(fmt.name, fmt)
+
+
+def find_format(name: str) -> Format:
+    """The format of that name; a clear error naming the known ones."""
+    known = formats()
+    if name not in known:
+        raise ValueError(f"no report format {name!r} (there are: {', '.join(known)})")
+    return known[name]
 
 
 def formats() -> dict[str, Format]:

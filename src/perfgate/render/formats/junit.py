@@ -49,4 +49,11 @@ def junit_report(run: RunRecord, context: Context) -> str:
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 
-register(Format("junit", "the judged figures as JUnit XML, one test case per figure", junit_report))
+register(
+    Format(
+        "junit",
+        "the judged figures as JUnit XML, one test case per figure",
+        junit_report,
+        suffix=".xml",
+    )
+)

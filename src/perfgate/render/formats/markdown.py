@@ -13,5 +13,10 @@ def markdown_report(run: RunRecord, context: Context) -> str:
 
 
 register(
-    Format("markdown", "the Markdown summary (as written to $GITHUB_STEP_SUMMARY)", markdown_report)
+    Format(
+        "markdown",
+        "the Markdown summary (as written to $GITHUB_STEP_SUMMARY)",
+        markdown_report,
+        suffix=".md",
+    )
 )

@@ -20,4 +20,11 @@ def text_report(run: RunRecord, context: Context) -> str:
     return "\n".join(lines) + "\n"
 
 
-register(Format("text", "the tables, recomputed from the raw records (the default)", text_report))
+register(
+    Format(
+        "text",
+        "the tables, recomputed from the raw records (the default)",
+        text_report,
+        suffix=".txt",
+    )
+)
