@@ -28,12 +28,12 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
+from perfgate.engines import SpecStats
 from perfgate.gate.baseline import Baseline
 from perfgate.gate.policy import GatePolicy
 from perfgate.gate.recording import build_baseline
 from perfgate.gate.values import run_values
 from perfgate.measure.data import LevelData, Measurement
-from perfgate.measure.metrics import SpecStats
 from perfgate.stats.estimate import Noise, estimate
 
 LEVELS = 9  # x 4 figures = 36, the seeds' sweep scale

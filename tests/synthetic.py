@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from perfgate.client import RequestRecord
 from perfgate.client.monitor import HarnessStats
+from perfgate.engines import SpecStats
 from perfgate.load.level import LevelRun
 from perfgate.measure.data import LevelData, Measurement
-from perfgate.measure.metrics import SpecStats
 
 TOKENS = 10
 

@@ -321,7 +321,7 @@ def test_vllm_cpu_real_ngram_speculation():
     counters = parse_spec_counters(read("vllm-cpu-ngram.metrics.txt"), "vllm:spec_decode_")
     assert counters is not None
     assert (counters.drafts, counters.draft_tokens, counters.accepted) == (17, 51, 31)
-    assert counters.accepted_per_position == (11, 10, 10)
+    assert counters.accepted_per_position == [11, 10, 10]
 
 
 def test_an_attached_servers_unknown_command_line_is_not_a_change():

@@ -216,3 +216,30 @@ def test_the_checks_on_a_level_run_say_what_went_wrong():
     tally.started -= 1.0  # one second in
     assert rate_text(profile, kind, tally, forced=True).endswith("tok/s")
     assert rate_text(profile, kind, tally, forced=False).endswith("req/s")
+
+
+def test_the_end_of_the_run_judges_nothing_twice(tmp_path, monkeypatch):
+    """gate() judges every baseline figure; conclude() after it reuses those checks. A
+    measurement after the last gate() (or none gated) is judged at the end."""
+    _recorded(tmp_path)
+    run = _session(tmp_path)
+    run.resolve_baseline({"key": "hw", "host_id": "here"})
+    run.perf_selected = True
+    judged = []
+    verdicts = run.verdicts
+    monkeypatch.setattr(run, "verdicts", lambda: judged.append(1) or verdicts())
+    run.run.measurements = {"sweep": _sweep([FAST] * 3)}
+    run.gate("sweep")
+    run.conclude(0, plots=False)
+    assert len(judged) == 1 and run.run.checks
+    again = _session(tmp_path)
+    again.resolve_baseline({"key": "hw", "host_id": "here"})
+    again.perf_selected = True
+    again.run.measurements = {"sweep": _sweep([FAST] * 3)}
+    again.gate("sweep")
+    again.run.measurements["rate"] = _sweep([FAST] * 3)  # measured, never gated
+    outcome = again.conclude(0, plots=False)
+    assert {c.key.split(".")[0] for c in again.run.checks if c.verdict == "pass"} == {
+        "sweep",
+        "rate",
+    } and outcome.exit_code == 0

@@ -2,8 +2,7 @@
 
 import pytest
 
-from perfgate.engines import SpecCounters, parse_spec_counters
-from perfgate.measure.metrics import SpecStats
+from perfgate.engines import SpecStats, parse_spec_counters
 
 # captured from llama-server (--metrics, --spec-type draft-simple) on this machine
 LLAMACPP = """\
@@ -40,19 +39,14 @@ vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="qwen",
 
 def test_llamacpp_counters():
     c = parse_spec_counters(LLAMACPP, "llamacpp:spec_decode_")
-    assert c == SpecCounters(
-        drafts=6, draft_tokens=24, accepted=24, accepted_per_position=(6, 6, 6, 6)
+    assert c == SpecStats(
+        drafts=6, draft_tokens=24, accepted=24, accepted_per_position=[6, 6, 6, 6]
     )
 
 
 def test_vllm_counters_and_the_seeds_one_percent():
     c = parse_spec_counters(VLLM, "vllm:spec_decode_")
-    stats = SpecStats(
-        drafts=c.drafts,
-        draft_tokens=c.draft_tokens,
-        accepted=c.accepted,
-        accepted_per_position=list(c.accepted_per_position),
-    )
+    stats = c  # the counters are the window's stats (one class: SpecStats)
     assert stats.accept_rate == pytest.approx(0.011)  # "draft acceptance about 1%"
     assert stats.mean_accept_length == pytest.approx(1.033)
     assert stats.per_position_rates == pytest.approx([0.03, 0.003, 0.0])
@@ -65,6 +59,12 @@ def test_no_spec_counters_means_none():
 
 
 def test_window_is_a_difference_of_lifetime_counters():
-    before = SpecCounters(10, 40, 30, (10, 8, 7, 5))
-    after = SpecCounters(16, 64, 40, (16, 11, 8, 5))
-    assert after.minus(before) == SpecCounters(6, 24, 10, (6, 3, 1, 0))
+    def counters(drafts, draft_tokens, accepted, per_position):
+        return SpecStats(
+            drafts=drafts, draft_tokens=draft_tokens, accepted=accepted,
+            accepted_per_position=per_position,
+        )  # fmt: skip
+
+    before = counters(10, 40, 30, [10, 8, 7, 5])
+    after = counters(16, 64, 40, [16, 11, 8, 5])
+    assert after.minus(before) == counters(6, 24, 10, [6, 3, 1, 0])

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from perfgate.engines import SpecStats
 from perfgate.facts import Fact, Facts
 from perfgate.gate.figures import BY_NAME
 from perfgate.measure.data import Measurement
-from perfgate.measure.metrics import SpecStats
 from perfgate.stats.distributions import median
 
 

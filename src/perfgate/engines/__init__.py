@@ -7,7 +7,7 @@ from perfgate.engines.base import Engine
 from perfgate.engines.identify import Identified, ServerProbe
 from perfgate.engines.llamacpp import LlamaCpp
 from perfgate.engines.openai import OpenAICompatible
-from perfgate.engines.prometheus import SpecCounters, parse_spec_counters
+from perfgate.engines.prometheus import SpecStats, parse_spec_counters
 from perfgate.engines.sglang import SGLang
 from perfgate.engines.vllm import VLLM
 from perfgate.engines.weights import resolve_model_path
@@ -60,7 +60,7 @@ __all__ = [
     "OpenAICompatible",
     "SGLang",
     "ServerProbe",
-    "SpecCounters",
+    "SpecStats",
     "engine_names",
     "flags_from_args",
     "get_engine",

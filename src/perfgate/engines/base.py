@@ -10,7 +10,7 @@ import httpx
 
 from perfgate.engines.facts import DIAGNOSIS_GREP, LogPattern, facts_from_flags, facts_from_log
 from perfgate.engines.identify import Identified, ServerProbe
-from perfgate.engines.prometheus import SpecCounters, parse_spec_counters
+from perfgate.engines.prometheus import SpecStats, parse_spec_counters
 from perfgate.engines.server_metrics import MetricMap
 from perfgate.engines.weights import resolve_model_path
 from perfgate.errors import EngineUnavailable
@@ -79,7 +79,7 @@ class Engine:
         None by default: an engine that can tell itself overrides this."""
         return None
 
-    def spec_counters(self, client: httpx.Client) -> SpecCounters | None:
+    def spec_counters(self, client: httpx.Client) -> SpecStats | None:
         """The server's speculative-decoding counters now (None: none exposed)."""
         if self.metrics_path is None or self.spec_prefix is None:
             return None

@@ -2,35 +2,51 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel, Field
 
 
-@dataclass(frozen=True, slots=True)
-class SpecCounters:
-    """Lifetime speculative-decoding counters read from a server's /metrics."""
+class SpecStats(BaseModel):
+    """Speculative-decoding counters: read from a server (lifetime totals), or over
+    exactly one measured level run (the deltas of two readings: :meth:`minus`)."""
 
-    drafts: float
-    draft_tokens: float
-    accepted: float
-    accepted_per_position: tuple[float, ...]
+    drafts: float = Field(description="Draft rounds.")
+    draft_tokens: float = Field(description="Tokens proposed by the drafter.")
+    accepted: float = Field(description="Proposed tokens the target model accepted.")
+    accepted_per_position: list[float] = Field(
+        default_factory=list, description="Accepted tokens by draft position."
+    )
 
-    def minus(self, before: SpecCounters) -> SpecCounters:
+    @property
+    def accept_rate(self) -> float | None:
+        """accepted / draft tokens."""
+        return self.accepted / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def mean_accept_length(self) -> float | None:
+        """1 + accepted / drafts: tokens gained per target forward pass."""
+        return 1 + self.accepted / self.drafts if self.drafts else None
+
+    @property
+    def per_position_rates(self) -> list[float]:
+        """Acceptance rate at each draft position (accepted there / drafts)."""
+        return [a / self.drafts for a in self.accepted_per_position] if self.drafts else []
+
+    def minus(self, before: SpecStats) -> SpecStats:
         """Counts of the window between two readings."""
-        per_pos = tuple(
-            a - (before.accepted_per_position[i] if i < len(before.accepted_per_position) else 0)
-            for i, a in enumerate(self.accepted_per_position)
-        )
-        return SpecCounters(
-            self.drafts - before.drafts,
-            self.draft_tokens - before.draft_tokens,
-            self.accepted - before.accepted,
-            per_pos,
+        earlier = before.accepted_per_position
+        return SpecStats(
+            drafts=self.drafts - before.drafts,
+            draft_tokens=self.draft_tokens - before.draft_tokens,
+            accepted=self.accepted - before.accepted,
+            accepted_per_position=[
+                a - (earlier[i] if i < len(earlier) else 0)
+                for i, a in enumerate(self.accepted_per_position)
+            ],
         )
 
 
-def parse_spec_counters(text: str, prefix: str) -> SpecCounters | None:
+def parse_spec_counters(text: str, prefix: str) -> SpecStats | None:
     """vLLM-style spec-decode counters (``<prefix>num_drafts`` ...) from Prometheus text;
     None when the server exposes none (speculation off)."""
     values: dict[str, float] = {}
@@ -47,9 +63,9 @@ def parse_spec_counters(text: str, prefix: str) -> SpecCounters | None:
                 values[key] = values.get(key, 0.0) + sample.value
     if "num_draft_tokens" not in values:
         return None
-    return SpecCounters(
+    return SpecStats(
         drafts=values.get("num_drafts", 0.0),
         draft_tokens=values["num_draft_tokens"],
         accepted=values.get("num_accepted_tokens", 0.0),
-        accepted_per_position=tuple(per_pos[k] for k in sorted(per_pos)),
+        accepted_per_position=[per_pos[k] for k in sorted(per_pos)],
     )

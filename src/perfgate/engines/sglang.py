@@ -18,7 +18,7 @@ from perfgate.engines.chat import chat_messages
 from perfgate.engines.converted import engine_python, served_model
 from perfgate.engines.facts import LogPattern, arg_values, facts_from_args, log_pattern
 from perfgate.engines.identify import Identified, ServerProbe
-from perfgate.engines.prometheus import SpecCounters
+from perfgate.engines.prometheus import SpecStats
 from perfgate.engines.server_metrics import MetricMap
 from perfgate.facts import Fact, Facts, FactValue
 from perfgate.profile import Profile
@@ -108,7 +108,7 @@ def _metric_totals(text: str, names: tuple[str, ...]) -> dict[str, float]:
     return totals
 
 
-def spec_counters_from(server_info: dict[str, Any], metrics_text: str) -> SpecCounters | None:
+def spec_counters_from(server_info: dict[str, Any], metrics_text: str) -> SpecStats | None:
     """Lifetime counters in vLLM's terms from SGLang's figures.
 
     SGLang reports a lifetime *average* accept length A (tokens per verify step, the bonus
@@ -136,11 +136,11 @@ def spec_counters_from(server_info: dict[str, Any], metrics_text: str) -> SpecCo
     per_step = int(server_info.get("speculative_num_draft_tokens") or 0) - 1
     if per_step <= 0:
         per_step = int(steps_per_draft or 1)
-    return SpecCounters(
+    return SpecStats(
         drafts=steps,
         draft_tokens=steps * per_step,
         accepted=decoded - steps,
-        accepted_per_position=(),
+        accepted_per_position=[],
     )
 
 
@@ -251,7 +251,7 @@ class SGLang(Engine):
             return Identified("/server_info", certain=False)
         return found
 
-    def spec_counters(self, client: httpx.Client) -> SpecCounters | None:
+    def spec_counters(self, client: httpx.Client) -> SpecStats | None:
         info = self.server_info(client)
         try:
             metrics = client.get(self.metrics_path or "/metrics")

@@ -13,8 +13,9 @@ from pydantic import BaseModel, Field, field_serializer, field_validator
 
 from perfgate.client import RequestRecord
 from perfgate.client.monitor import HarnessStats
+from perfgate.engines import SpecStats
 from perfgate.load.level import LevelRun
-from perfgate.measure.metrics import Goodput, LevelMetrics, SpecStats, goodput, level_metrics
+from perfgate.measure.metrics import Goodput, LevelMetrics, goodput, level_metrics
 from perfgate.measure.server import ServerSeries
 from perfgate.measure.telemetry import GpuTelemetry
 from perfgate.profile import Slo

@@ -221,29 +221,3 @@ def goodput(level: LevelRun, slo: Slo) -> Goodput:
         good_tokens=sum(r.output_tokens for r in good),
         wall_s=level.wall_s,
     )
-
-
-class SpecStats(BaseModel):
-    """Speculative decoding over exactly one measured level run (counter deltas)."""
-
-    drafts: float = Field(description="Draft rounds.")
-    draft_tokens: float = Field(description="Tokens proposed by the drafter.")
-    accepted: float = Field(description="Proposed tokens the target model accepted.")
-    accepted_per_position: list[float] = Field(
-        default_factory=list, description="Accepted tokens by draft position."
-    )
-
-    @property
-    def accept_rate(self) -> float | None:
-        """accepted / draft tokens."""
-        return self.accepted / self.draft_tokens if self.draft_tokens else None
-
-    @property
-    def mean_accept_length(self) -> float | None:
-        """1 + accepted / drafts: tokens gained per target forward pass."""
-        return 1 + self.accepted / self.drafts if self.drafts else None
-
-    @property
-    def per_position_rates(self) -> list[float]:
-        """Acceptance rate at each draft position (accepted there / drafts)."""
-        return [a / self.drafts for a in self.accepted_per_position] if self.drafts else []

@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from perfgate.engines import Engine, SpecCounters, parse_spec_counters
+from perfgate.engines import Engine, SpecStats, parse_spec_counters
 from perfgate.http_clients import NETWORK, HttpClients
-from perfgate.measure.metrics import SpecStats
 
 
 class Sampler(Protocol):
@@ -57,9 +56,9 @@ class SpecSampler:
         self.headers = headers  # the server's API key and extra headers
         self.clients = clients
         self.text = text
-        self.before: SpecCounters | None = None
+        self.before: SpecStats | None = None
 
-    def _read(self) -> SpecCounters | None:
+    def _read(self) -> SpecStats | None:
         if self.engine.metrics_path is None or self.engine.spec_prefix is None:
             return None
         text = self.text() if self.text is not None else None
@@ -78,12 +77,7 @@ class SpecSampler:
             return None
         delta = after.minus(self.before)
         self.before = None
-        return SpecStats(
-            drafts=delta.drafts,
-            draft_tokens=delta.draft_tokens,
-            accepted=delta.accepted,
-            accepted_per_position=list(delta.accepted_per_position),
-        )
+        return delta
 
     def stop(self) -> None:
         self.before = None

@@ -123,16 +123,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     end, including those of perf tests deselected with -k."""
     perf = session.config.stash.get(SESSION_KEY, None)
     if perf is not None:
-        perf.perf_selected = any(  # a measuring perf test (the correctness checks are perf too)
-            item.get_closest_marker("perf") and not item.get_closest_marker("correctness")
-            for item in session.items
+        twins = [m.kwargs for item in session.items if (m := item.get_closest_marker("twin"))]
+        perf.selected(
+            perf_tests=any(  # a measuring perf test (the correctness checks are perf too)
+                item.get_closest_marker("perf") and not item.get_closest_marker("correctness")
+                for item in session.items
+            ),
+            twin=(list(twins[0]["prompts"]), int(twins[0]["max_tokens"])) if twins else None,
         )
-        twins = [m for item in session.items if (m := item.get_closest_marker("twin"))]
-        if twins and perf.profile.correctness.twin_profile is not None:
-            perf.twin_request = (
-                list(twins[0].kwargs["prompts"]),
-                int(twins[0].kwargs["max_tokens"]),
-            )
 
 
 @pytest.hookimpl(wrapper=True)

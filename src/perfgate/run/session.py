@@ -132,6 +132,7 @@ class PerfgateSession:
             self.view,
             self.save_run,
         )
+        self._judged: tuple[object, ...] | None = None  # what the last judge() saw
         self.unusable: list[str] = []  # correctness failures that make perf meaningless
         self.answered_wrongly = False  # a correctness check ran and failed (exit 12)
         self.perf_selected = False  # whether this session runs perf tests (set by the plugin)
@@ -323,8 +324,17 @@ class PerfgateSession:
         of the run so far go into the run JSON (the slow-creep rule applied)."""
         self.run.checks = self.verdicts().checks
         self.recorder.apply_creep_rule()
+        self._judged = self._measured()
         self.save_run()
         return [c for c in self.run.checks if c.key.startswith(f"{name}.")]
+
+    def _measured(self) -> tuple[object, ...]:
+        """What the verdicts depend on that changes during a run: each measurement's
+        level runs and searches (the baseline and the plan stay as they are)."""
+        return tuple(
+            (name, len(m.levels), len(m.searches), m.aborted, tuple(m.not_run))
+            for name, m in self.run.measurements.items()
+        )
 
     def gate(self, name: str) -> Gated:
         """One measurement judged, with the failure message when it fails: failed
@@ -359,6 +369,14 @@ class PerfgateSession:
         """The concurrency table of one measurement."""
         m = self.run.measurements[name]
         return render_table(name, m, self.baseline, self.policy.chosen(self.baseline))
+
+    def selected(self, *, perf_tests: bool, twin: tuple[list[str], int] | None) -> None:
+        """What this run's tests will ask: whether perf tests measure (then every baseline
+        figure is judged at the end, deselected ones included), and a twin check's
+        (prompts, max_tokens) when one is selected and the profile names a twin."""
+        self.perf_selected = perf_tests
+        if twin is not None and self.profile.correctness.twin_profile is not None:
+            self.twin_request = twin
 
     def correctness_failed(self, test: str, *, usability: bool, ran: bool) -> None:
         """A correctness check failed: perf figures are flagged; a usability check's
@@ -403,9 +421,10 @@ class PerfgateSession:
         if self.backend is None and not self.run.measurements:
             return Outcome(status)  # nothing of this run touched a server
         word = {PASSED: "passed", INTERRUPTED: "interrupted"}.get(status, "failed")
-        if self.perf_selected and not self.update_baselines and self.baseline is not None:
-            self.run.checks = self.verdicts().checks  # every baseline figure, deselected too
-        self.recorder.apply_creep_rule()  # may turn passing figures to CREEP
+        if self._judged != self._measured():  # not judged since the last measurement
+            if self.perf_selected and not self.update_baselines and self.baseline is not None:
+                self.run.checks = self.verdicts().checks  # every baseline figure
+            self.recorder.apply_creep_rule()  # may turn passing figures to CREEP
         if any(c.failed for c in self.run.checks) and word == "passed":
             word, status = "failed", TESTS_FAILED
         self.finish(word)

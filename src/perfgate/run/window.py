@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from perfgate.engines import SpecStats
 from perfgate.launch import Backend
 from perfgate.load.level import LevelRun
 from perfgate.measure.data import LevelData
-from perfgate.measure.metrics import SpecStats
 from perfgate.measure.samplers import Sampler, SpecSampler
 from perfgate.measure.server import ServerSampler, ServerSeries, http_fetch, token_gap
 from perfgate.measure.telemetry import GpuTelemetry, SmiSampler
