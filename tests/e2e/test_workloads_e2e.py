@@ -132,12 +132,16 @@ def test_spread_dataset_and_shared_prefix_lengths_are_exact_on_the_real_server(t
             update={"prompts": "shared-prefix", "input_len": 200, "prefix_len": 160}
         ),
     }  # fmt: skip
-    session = session_for(profile, tmp_path)
+    owner = session_for(profile, tmp_path)
     try:
-        backend = session.start_backend()
+        backend = owner.start_backend()
         for name, workload in workloads.items():
-            session.profile = profile.model_copy(update={"workload": workload})
-            session.prompt_source.profile = session.profile  # its prompts, its plan
+            session = session_for(  # the same server, attached: its prompts, its plan
+                profile.model_copy(update={"workload": workload}),
+                tmp_path / name,
+                base_url=backend.base_url,
+            )
+            session.start_backend()
             prompts = session.prompts("sweep", 2, 0, 10)
             client = SequentialClient(backend.base_url, session.plan())
             try:
@@ -153,7 +157,7 @@ def test_spread_dataset_and_shared_prefix_lengths_are_exact_on_the_real_server(t
             if name == "spread":  # 48 in / 16 out, ±50%
                 assert all(24 <= n <= 72 and 8 <= m <= 24 for n, m in sent), sent
     finally:
-        session.stop_backend()
+        owner.stop_backend()
 
 
 RATE = {
