@@ -27,7 +27,7 @@ from perfgate.load.level import (
     run_rate_level,
 )
 from perfgate.load.shards import ShardPool
-from perfgate.load.workers import RequestPlan, WireWorkers, Workers, finished
+from perfgate.load.workers import RequestPlan, WireWorkers, Workers, send_one
 from perfgate.workload.prompts import Prompt
 
 Decision = Literal["next", "repeat", "stop"]  # after a level's run: what the sweep does
@@ -148,15 +148,12 @@ class LevelRunner:
         return run
 
     async def send(self, prompt: Prompt) -> RequestRecord:
-        """One request on worker 0's connection, its output checked
-        (:meth:`RequestPlan.checked`): sequential requests, one a round."""
-        plan = self.plan
-        body = plan.body(prompt.text, prompt.output_len, prompt.history)
+        """One request on worker 0's connection (:func:`send_one`): sequential requests,
+        one a round."""
         self.sent += 1
-        sent = await self.workers.send(
-            0, body, index=self.sent - 1, plan=plan, timeout_s=plan.request_timeout_s
+        return await send_one(
+            self.workers, self.plan, self.sent - 1, prompt.text, prompt.output_len, prompt.history
         )
-        return plan.checked(finished(sent), prompt.output_len)
 
     async def aclose(self) -> None:
         """Close the connections and the client processes."""

@@ -209,6 +209,21 @@ class HttpxWorkers:
         await self.aclose()
 
 
+async def send_one(
+    workers: Workers,
+    plan: RequestPlan,
+    index: int,
+    prompt: str,
+    output_len: int | None = None,
+    history: Sequence[tuple[str, str]] = (),
+) -> RequestRecord:
+    """One streamed request on worker 0's connection, its output checked
+    (:meth:`RequestPlan.checked`): sequential requests, one at a time."""
+    body = plan.body(prompt, output_len, history)
+    sent = await workers.send(0, body, index=index, plan=plan, timeout_s=plan.request_timeout_s)
+    return plan.checked(finished(sent), output_len)
+
+
 class SequentialClient:
     """Blocking requests one after another on one kept connection (the single-request
     measurement, where each request is a pytest-benchmark round). Close it when done."""
@@ -225,21 +240,12 @@ class SequentialClient:
         output_len: int | None = None,
         history: Sequence[tuple[str, str]] = (),
     ) -> RequestRecord:
-        """One streamed request, its output checked (:meth:`RequestPlan.checked`)."""
-        plan = self.plan
-        record = finished(
-            self._loop.run_until_complete(
-                self._workers.send(
-                    0,
-                    plan.body(prompt, output_len, history),
-                    index=self.sent,
-                    plan=plan,
-                    timeout_s=plan.request_timeout_s,
-                )
-            )
+        """One streamed request, its output checked (:func:`send_one`)."""
+        record = self._loop.run_until_complete(
+            send_one(self._workers, self.plan, self.sent, prompt, output_len, history)
         )
         self.sent += 1
-        return plan.checked(record, output_len)
+        return record
 
     def close(self) -> None:
         """Close the connection and the event loop."""

@@ -70,12 +70,11 @@ class MeasuredWindow:
         if isinstance(server, ServerSeries):
             server = self._completed(server, run)
         gpu, spec = parts.get("gpu"), parts.get("spec")
-        for smi in [s for s in self.samplers if isinstance(s, SmiSampler)]:
-            if gpu is None:  # a remote loop that gave no sample: no more sampling this run
-                self.samplers.remove(smi)
-                self.control.no_gpu_telemetry(
-                    f"nvidia-smi on the server's host gave no sample ({smi.problem or 'no output'})"
-                )
+        smi = next((s for s in self.samplers if isinstance(s, SmiSampler)), None)
+        if smi is not None and gpu is None:  # the remote loop gave no sample: no more this run
+            self.samplers.remove(smi)
+            why = smi.problem or "no output"
+            self.control.no_gpu_telemetry(f"nvidia-smi on the server's host gave no sample ({why})")
         data = LevelData.from_run(
             run,
             repeat,
