@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 from perfgate.engines import SpecStats
 from perfgate.gate.baseline import Baseline
@@ -35,6 +36,9 @@ from perfgate.gate.recording import build_baseline
 from perfgate.gate.values import run_values
 from perfgate.measure.data import LevelData, Measurement
 from perfgate.stats.estimate import Noise, estimate
+
+sys.path.insert(0, str(Path(__file__).parent))
+from paired_study import rows as paired_rows
 
 LEVELS = 9  # x 4 figures = 36, the seeds' sweep scale
 POLICY = GatePolicy(min_runs=3, max_runs=10)  # the shipped defaults
@@ -269,6 +273,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--noisy-only", action="store_true", help="only the noisy-candidate rows")
     parser.add_argument("--manual-only", action="store_true", help="only the hand-set rows")
+    parser.add_argument("--paired-only", action="store_true", help="only the A/B (paired) rows")
     args = parser.parse_args()
     trials_null = 500 if args.quick else 4000
     trials_hit = 100 if args.quick else 400
@@ -287,6 +292,10 @@ def main() -> int:
     with ProcessPoolExecutor(args.workers) as pool:
         if args.manual_only:
             manual_rows(pool, trials_null, trials_hit)
+            print(f"\n({time.monotonic() - started:.0f} s)", file=sys.stderr)
+            return 0
+        if args.paired_only:
+            paired_rows(pool, trials_null // 2, trials_hit)
             print(f"\n({time.monotonic() - started:.0f} s)", file=sys.stderr)
             return 0
         if args.noisy_only:
@@ -311,6 +320,8 @@ def main() -> int:
                   f"| {runs:g} | {what} |", flush=True)  # fmt: skip
         noisy_rows(pool, trials_null, trials_hit)
         manual_rows(pool, trials_null, trials_hit)
+        print()
+        paired_rows(pool, trials_null // 2, trials_hit)
     print()
     print("| n runs | 95% interval coverage (CV 5%, 4000 trials) |")
     print("|---|---|")
