@@ -141,14 +141,14 @@ def test_runs_that_disagree_past_the_limit_end_too_noisy(recorded, monkeypatch):
     noise: TOO NOISY, exit 10, nothing called regressed."""
     server = MockLlamaServer()
     session = _session(recorded, server, abort_below=0.0, max_extra_repeats=0)
-    closed = session.measurer._closed
+    closed = session.measurer.closed
 
     def second_run_slow(window, run, repeat):
         swept = run.concurrency == 2
         server.slow = 3.0 if swept and repeat == 0 else 1.0  # the next run's speed
         return closed(window, run, repeat)
 
-    monkeypatch.setattr(session.measurer, "_closed", second_run_slow)
+    monkeypatch.setattr(session.measurer, "closed", second_run_slow)
     _, outcome = _run(session)
     verdicts = {c.key: c.verdict for c in session.run.checks if c.key.startswith("sweep.")}
     assert set(verdicts.values()) == {"too-noisy"}, verdicts

@@ -6,6 +6,7 @@ policy decides repeats and the early abort."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 
 from perfgate.client import RequestRecord
@@ -100,10 +101,10 @@ class Measurer:
         timeout = self.profile.timeouts.request_s
         return HttpxWorkers(lambda: http.async_client(base_url, timeout=timeout))
 
-    def _window(self, backend: Backend) -> MeasuredWindow:
+    def window(self, backend: Backend) -> MeasuredWindow:
         return MeasuredWindow(self.server, backend, self.profile, self.notes)
 
-    def _closed(self, window: MeasuredWindow, run: LevelRun, repeat: int) -> LevelData:
+    def closed(self, window: MeasuredWindow, run: LevelRun, repeat: int) -> LevelData:
         """A level run's data from its window, its output lengths checked."""
         data = window.close(run, repeat)
         kind = self.prompt_source.kind
@@ -136,6 +137,23 @@ class Measurer:
         return step
 
     # -- the one loop ------------------------------------------------------------------
+    @contextlib.contextmanager
+    def lane(
+        self,
+        name: str,
+        aio: asyncio.Runner,
+        *,
+        prompts: Sequence[Prompt] | None = None,
+        runner: RoundRunner = plain_rounds,
+    ) -> Iterator[Lane]:
+        """This server's lane for measurement ``name``: connections and client processes
+        kept across its steps, one measured window; closed on leaving."""
+        lane = Lane(self, name, aio, self.server.start(), prompts=prompts, runner=runner)
+        try:
+            yield lane
+        finally:
+            lane.close()
+
     def run_plan(
         self,
         name: str,
@@ -145,119 +163,15 @@ class Measurer:
         prompts: Sequence[Prompt] | None = None,
         runner: RoundRunner = plain_rounds,
     ) -> None:
-        """Measure the plan's steps in order until it says no more: each level run's
-        prompts drawn (``prompts``: one queue drawn beforehand, for sequential steps),
-        run on connections kept across the steps, read through one measured window,
-        appended to ``collected`` and saved. Sequential steps send one request a round
-        of ``runner`` (pytest-benchmark's rounds for the first run, then plain ones)."""
-        backend = self.server.start()
-        w = self.profile.workload
-        kind = self.prompt_source.kind
-        window = self._window(backend)
-        current: list[Step] = []  # the step in progress (the live display's label)
-
-        def show_progress(tally: Tally) -> None:
-            step = current[-1]
-            label = progress.live_label(name, step.level, step.word, step.repeat + 1, tally.phase)
-            rate = rate_text(self.profile, kind, tally, self.forced)
-            self.view.show(label, tally.total, tally.done, tally.failed, rate)
-
-        def on_record(_: int, record: RequestRecord) -> None:
-            if not record.ok:
-                self.progress(progress.request_failed(record))
-
-        levels = LevelRunner(
-            backend.base_url,
-            self.plan(),
-            warmup=w.warmup,
-            level_timeout_s=self.profile.timeouts.level_s,
-            on_record=on_record,
-            on_progress=show_progress,
-            processes=w.client_processes,
-            rate_shape=RateShape(
-                arrival=w.arrival, burstiness=w.burstiness, max_in_flight=w.max_in_flight,
-                seed=w.seed,
-            ),
-            pool_for=self.shard_pool_for(),
-            workers_for=self.workers_for,
-        )  # fmt: skip
-        queue = iter(prompts or ())
-        with asyncio.Runner() as aio:
-            try:
-                done: list[LevelData] = []
-                while (step := plan.next(done)) is not None:
-                    current.append(step)
-                    if step.sequential:
-                        run = self._sequential(aio, levels, name, step, queue, window, runner)
-                        runner = plain_rounds  # pytest-benchmark times the first run only
-                    else:
-                        run = self._level_run(aio, levels, name, step, window)
-                    done.append(self._ended(name, step, window, run))
-                    collected.append(done[-1])
-            finally:
-                self.view.close_shown()
-                window.stop()
-                aio.run(levels.aclose())
-
-    def _level_run(
-        self,
-        aio: asyncio.Runner,
-        levels: LevelRunner,
-        name: str,
-        step: Step,
-        window: MeasuredWindow,
-    ) -> LevelRun:
-        """One run of a level: its prompts drawn (warmup first), run, the window open
-        over its measured requests."""
-        w = self.profile.workload
-        lengths = self.prompt_source.kind.lengths(w)
-        number = step.repeat + 1
-        self.progress(
-            progress.run_starts(
-                name, step.level, step.word, number, step.requests, lengths, w.warmup
-            )
-        )
-        drawn = self.prompts(name, step.level, step.repeat, step.requests + w.warmup)
-        return aio.run(levels.run(step.level, drawn, on_measure_start=window.open))
-
-    def _ended(self, name: str, step: Step, window: MeasuredWindow, run: LevelRun) -> LevelData:
-        """A level run ended: its data from the window, checked, said and saved."""
-        self.view.close_shown()
-        data = self._closed(window, run, step.repeat)
-        if data.rate is not None and (late := behind_schedule(self.profile, name, data)):
-            self.notes.warn(late)
-        if not step.sequential:
-            self.progress(progress.level_ended(name, data))
-        self.save()
-        return data
-
-    def _sequential(
-        self,
-        aio: asyncio.Runner,
-        levels: LevelRunner,
-        name: str,
-        step: Step,
-        queue: Iterator[Prompt],
-        window: MeasuredWindow,
-        runner: RoundRunner,
-    ) -> LevelRun:
-        """One run of sequential requests, one a round of ``runner``; the workload's
-        warmup requests go first, before the first run only."""
-        if step.repeat == 0:
-            for _ in range(self.profile.workload.warmup):
-                aio.run(levels.send(next(queue)))
-        records: list[RequestRecord] = []
-
-        def one_round() -> None:
-            records.append(aio.run(levels.send(next(queue))))
-            label = f"{name} run {step.repeat + 1}"  # after the record: no figure times a redraw
-            self.view.show(label, step.requests, len(records), sum(not r.ok for r in records))
-
-        window.open()
-        runner(one_round, step.requests)
-        if not records:  # a runner that ran nothing (e.g. benchmarks disabled oddly)
-            plain_rounds(one_round, step.requests)
-        return LevelRun(concurrency=1, records=records, start=records[0].start, end=records[-1].end)
+        """Measure the plan's steps in order until it says no more, on one lane
+        (:meth:`lane`): each level run appended to ``collected`` and saved. ``prompts``:
+        one queue drawn beforehand, for sequential steps, one request a round of ``runner``
+        (pytest-benchmark's rounds for the first run, then plain ones)."""
+        with asyncio.Runner() as aio, self.lane(name, aio, prompts=prompts, runner=runner) as lane:
+            done: list[LevelData] = []
+            while (step := plan.next(done)) is not None:
+                done.append(lane.run(step))
+                collected.append(done[-1])
 
     # -- the measurements --------------------------------------------------------------
     def measure(
@@ -364,3 +278,124 @@ class Measurer:
         finally:
             self.save()
         return measurement
+
+
+class Lane:
+    """One server's measuring lane for one measurement: its backend, its level runner
+    (connections and client processes kept across steps) and one measured window. A plan's
+    steps run on it one at a time (:meth:`run`); an A/B run holds one lane a side."""
+
+    def __init__(
+        self,
+        measurer: Measurer,
+        name: str,
+        aio: asyncio.Runner,
+        backend: Backend,
+        *,
+        prompts: Sequence[Prompt] | None = None,
+        runner: RoundRunner = plain_rounds,
+    ) -> None:
+        self.measurer = measurer
+        self.profile = profile = measurer.profile
+        self.name = name
+        self.aio = aio
+        self.view = measurer.view
+        self.progress = measurer.progress
+        self.window = measurer.window(backend)
+        self.queue = iter(prompts or ())
+        self.runner = runner
+        self.current: list[Step] = []  # the step in progress (the live display's label)
+        w = profile.workload
+        kind = measurer.prompt_source.kind
+
+        def show_progress(tally: Tally) -> None:
+            step = self.current[-1]
+            label = progress.live_label(name, step.level, step.word, step.repeat + 1, tally.phase)
+            rate = rate_text(profile, kind, tally, measurer.forced)
+            self.view.show(label, tally.total, tally.done, tally.failed, rate)
+
+        def on_record(_: int, record: RequestRecord) -> None:
+            if not record.ok:
+                self.progress(progress.request_failed(record))
+
+        self.levels = LevelRunner(
+            backend.base_url,
+            measurer.plan(),
+            warmup=w.warmup,
+            level_timeout_s=profile.timeouts.level_s,
+            on_record=on_record,
+            on_progress=show_progress,
+            processes=w.client_processes,
+            rate_shape=RateShape(
+                arrival=w.arrival, burstiness=w.burstiness, max_in_flight=w.max_in_flight,
+                seed=w.seed,
+            ),
+            pool_for=measurer.shard_pool_for(),
+            workers_for=measurer.workers_for,
+        )  # fmt: skip
+
+    def run(self, step: Step) -> LevelData:
+        """Measure one step: its prompts drawn, run, read through the window, saved."""
+        self.current.append(step)
+        if step.sequential:
+            run = self._sequential(step)
+            self.runner = plain_rounds  # pytest-benchmark times the first run only
+        else:
+            run = self._level_run(step)
+        return self._ended(step, run)
+
+    def close(self) -> None:
+        """Stop the window's samplers and close the connections."""
+        try:
+            self.view.close_shown()
+            self.window.stop()
+        finally:
+            self.aio.run(self.levels.aclose())
+
+    def _level_run(self, step: Step) -> LevelRun:
+        """One run of a level: its prompts drawn (warmup first), run, the window open
+        over its measured requests."""
+        w, name = self.profile.workload, self.name
+        lengths = self.measurer.prompt_source.kind.lengths(w)
+        number = step.repeat + 1
+        self.progress(
+            progress.run_starts(
+                name, step.level, step.word, number, step.requests, lengths, w.warmup
+            )
+        )
+        drawn = self.measurer.prompts(name, step.level, step.repeat, step.requests + w.warmup)
+        return self.aio.run(self.levels.run(step.level, drawn, on_measure_start=self.window.open))
+
+    def _ended(self, step: Step, run: LevelRun) -> LevelData:
+        """A level run ended: its data from the window, checked, said and saved."""
+        self.view.close_shown()
+        measurer = self.measurer
+        data = measurer.closed(self.window, run, step.repeat)
+        if data.rate is not None and (late := behind_schedule(self.profile, self.name, data)):
+            measurer.notes.warn(late)
+        if not step.sequential:
+            self.progress(progress.level_ended(self.name, data))
+        measurer.save()
+        return data
+
+    def _sequential(self, step: Step) -> LevelRun:
+        """One run of sequential requests, one a round of ``runner``; the workload's
+        warmup requests go first, before the first run only."""
+        aio, levels, queue = self.aio, self.levels, self.queue
+        if step.repeat == 0:
+            for _ in range(self.profile.workload.warmup):
+                aio.run(levels.send(next(queue)))
+        records: list[RequestRecord] = []
+
+        def one_round() -> None:
+            records.append(aio.run(levels.send(next(queue))))
+            label = (
+                f"{self.name} run {step.repeat + 1}"  # after the record: no figure times a redraw
+            )
+            self.view.show(label, step.requests, len(records), sum(not r.ok for r in records))
+
+        self.window.open()
+        self.runner(one_round, step.requests)
+        if not records:  # a runner that ran nothing (e.g. benchmarks disabled oddly)
+            plain_rounds(one_round, step.requests)
+        return LevelRun(concurrency=1, records=records, start=records[0].start, end=records[-1].end)
