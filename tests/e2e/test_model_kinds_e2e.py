@@ -13,14 +13,7 @@ from pathlib import Path
 
 from perfgate.gate.values import parse_key, run_values
 from perfgate.results.run import load_run
-from tests.helpers import (
-    ROOT,
-    floor_baselines,
-    require_smollm2,
-    require_vllm,
-    run_pytest,
-    started_together,
-)
+from tests.helpers import ROOT, floor_baselines, require_smollm2, require_vllm, run_pytest
 
 
 def variant(name: str, directory: Path, old: str, new: str) -> Path:
@@ -187,15 +180,6 @@ def test_speculative_vllm_streams_several_tokens_per_chunk_and_refuses_logit_bia
         output_dir=tmp_path / "own",
         progress=lambda _: None,
     )
-    drafter = random_eagle_drafter(owner, tmp_path / "drafter")
-    eagle = {"method": "eagle", "model": str(drafter), "num_speculative_tokens": 3}
-    eagle_owner = PerfgateSession(
-        load_profile(str(copy), tmp_path).with_server_args(**{"speculative-config": eagle}),
-        root=ROOT,
-        baselines_dir=tmp_path / "unused",
-        output_dir=tmp_path / "own-eagle",
-        progress=lambda _: None,
-    )
     gated = variant(name, tmp_path / "gated", "levels = [1, 2]", "levels = [2]")
     gated.write_text(
         gated.read_text()
@@ -203,9 +187,8 @@ def test_speculative_vllm_streams_several_tokens_per_chunk_and_refuses_logit_bia
         .replace("rounds = 3", "rounds = 2")
     )
     baselines = f"--override-ini=perfgate_baselines_dir={tmp_path / 'baselines'}"
-    # both servers started together (one start's wait instead of two); each run attaches
-    # to its own, the EAGLE one only once the n-gram one's baseline is recorded
-    with started_together(owner, eagle_owner) as (backend, eagle_backend):
+    try:
+        backend = owner.start_backend()
         attach = (f"--perf-base-url={backend.base_url}", f"--perf-server-log={backend.log_path}")
         code, out = both_suites(name, tmp_path / "both", *attach)
         eos_code, eos_out = perfgate_run(
@@ -215,14 +198,26 @@ def test_speculative_vllm_streams_several_tokens_per_chunk_and_refuses_logit_bia
             "perf", gated, tmp_path / "rec", "-k", "sweep", baselines, *attach,
             "--perf-update-baselines", "--perf-repeats=3", "--perf-tolerance=0.5",
         )  # fmt: skip
-        assert record_code == 0, record_out[-6000:]
-        attach = (
-            f"--perf-base-url={eagle_backend.base_url}",
-            f"--perf-server-log={eagle_backend.log_path}",
-        )
+    finally:
+        owner.stop_backend()
+    assert record_code == 0, record_out[-6000:]
+    drafter = random_eagle_drafter(owner, tmp_path / "drafter")
+    eagle = {"method": "eagle", "model": str(drafter), "num_speculative_tokens": 3}
+    owner = PerfgateSession(
+        load_profile(str(copy), tmp_path).with_server_args(**{"speculative-config": eagle}),
+        root=ROOT,
+        baselines_dir=tmp_path / "unused",
+        output_dir=tmp_path / "own-eagle",
+        progress=lambda _: None,
+    )
+    try:
+        backend = owner.start_backend()
+        attach = (f"--perf-base-url={backend.base_url}", f"--perf-server-log={backend.log_path}")
         gate_code, gate_out = perfgate_run(
             "perf", gated, tmp_path / "gate", "-k", "sweep", baselines, *attach
         )
+    finally:
+        owner.stop_backend()
     assert code == 0, out[-6000:]
     run = assert_every_shipped_figure_measured(name, tmp_path / "both")
     levels = run["measurements"]["sweep"]["levels"]
