@@ -328,74 +328,22 @@ def session_for(
 def profile_server(name: str, tmp_path: Path, **args: object):
     """A shipped profile's real server, its flags changed by ``args``, started here for
     tests that attach to it; stopped on leaving."""
-    owner = profile_session(name, tmp_path, **args)
-    try:
-        yield owner.start_backend()
-    finally:
-        owner.stop_backend()
-
-
-@contextlib.contextmanager
-def started_together(*owners: PerfgateSession):
-    """Start the owners' servers at the same time and yield their backends, in order;
-    stop them all on leaving (pass, fail or a start that failed). A vLLM start on CPU is
-    about 45 s of imports and loading, most of it one process waiting on another: two
-    started together are ready in little more than one start's time.
-
-    Each server is started, and stopped, from a thread of its own that lives as long as it
-    does: perfgate's lifeline (the parent-death signal) follows the thread that forked."""
-    import queue
-    import threading
-
-    stop = threading.Event()
-    ready: queue.Queue[tuple[int, object]] = queue.Queue()
-
-    def serve(index: int, owner: PerfgateSession) -> None:
-        try:
-            backend = owner.start_backend()
-        except BaseException as exc:  # told to the main thread, which raises it
-            ready.put((index, exc))
-            owner.stop_backend()
-            return
-        ready.put((index, backend))
-        try:
-            stop.wait()
-        finally:
-            owner.stop_backend()
-
-    threads = [
-        threading.Thread(target=serve, args=(i, owner), name=f"server-{i}")
-        for i, owner in enumerate(owners)
-    ]
-    for thread in threads:
-        thread.start()
-    try:
-        got = dict(ready.get() for _ in threads)
-        failed = [value for value in got.values() if isinstance(value, BaseException)]
-        if failed:
-            raise failed[0]
-        yield [got[i] for i in range(len(owners))]
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join()
-
-
-def profile_session(name: str, tmp_path: Path, **args: object) -> PerfgateSession:
-    """A session owning a shipped profile's real server, its flags changed by ``args``
-    (started by :func:`profile_server` or :func:`started_together`)."""
     from perfgate.profile import load_profile
     from perfgate.run.session import PerfgateSession
 
     profile = load_profile(name, ROOT / "profiles")
     server = profile.server.model_copy(update={"args": {**profile.server.args, **args}})
-    return PerfgateSession(
+    owner = PerfgateSession(
         profile.model_copy(update={"server": server}),
         root=ROOT,
         baselines_dir=tmp_path,
         output_dir=tmp_path / "own",
         progress=lambda _: None,
     )
+    try:
+        yield owner.start_backend()
+    finally:
+        owner.stop_backend()
 
 
 def default_server(tmp_path: Path):
