@@ -211,9 +211,14 @@ def test_request_rates_count_queueing_from_the_schedule_and_report_the_clients_l
     recorded = json.loads(next((baselines / "rate").glob("cpu-*[!n].json")).read_text())
     assert "rate.r30.agg_tok_s" in recorded["metrics"] and "rate.r2.ttft_s" in recorded["metrics"]
     (tmp_path / "capped").mkdir()
-    capped = profile_toml(
-        {**RATE, "rate_requests = 16": "rate_requests = 16\nmax_in_flight = 2"}, tmp_path / "capped"
-    )
+    # one run: what is asserted holds in each run (the client's own delay); the gate's
+    # extra runs (7 more at 30 a second, ~45 s) came from its timing figures near their
+    # limits, which this test does not judge
+    held_back = {
+        "rate_requests = 16": "rate_requests = 16\nmax_in_flight = 2",
+        "max_extra_repeats = 7": "max_extra_repeats = 0",
+    }
+    capped = profile_toml({**RATE, **held_back}, tmp_path / "capped")
     held = _rate(capped, baselines, tmp_path / "held")
     out = held.stdout + held.stderr
     assert "rate 30 req/s: the client fell behind its schedule" in out, out
