@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from perfgate.cli.ab import add_parser as add_ab_parser
 from perfgate.cli.project import cmd_fleet, cmd_import, cmd_init, cmd_run
 from perfgate.cli.reports import (
     cmd_baseline_rederive,
@@ -193,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="after --: more arguments for each gate's pytest (e.g. -- --perf-repeats 5)",
     )
     f.set_defaults(func=cmd_fleet)
+    add_ab_parser(sub)
     return parser
 
 

@@ -34,6 +34,11 @@ class Check(BaseModel):
     direction: Direction = "higher"
     unit: str = ""
     delta_pct: float | None = None
+    against: str = Field(
+        "baseline",
+        description="What the figure is judged against: the "
+        "baseline, or A (a side-by-side run's reference).",
+    )
 
     @property
     def failed(self) -> bool:
@@ -62,7 +67,7 @@ class Check(BaseModel):
         better = "higher" if self.direction == "higher" else "lower"
         bound = "min" if self.direction == "higher" else "max"
         head = (
-            f"{self.key}: {measured}, baseline {self.baseline:.4g}{unit} "
+            f"{self.key}: {measured}, {self.against} {self.baseline:.4g}{unit} "
             f"(tolerance {self.tolerance:.1%}, {better} is better, {bound} {self.limit:.4g}), "
             f"Δ {delta_text(self.delta_pct, '%')}"
         )

@@ -78,6 +78,11 @@ class RunRecord(BaseModel):
     diagnosis: DiagnosisRecord | None = Field(
         None, description="Why figures failed (set when some did, or the sweep aborted)."
     )
+    reference: RunRecord | None = Field(
+        None,
+        description="A side-by-side run's reference (A): its own record, measured "
+        "interleaved with this one (B); the checks are B's, judged against A pair by pair.",
+    )
 
     def write(self, path: Path) -> None:
         """Write atomically as JSON: indented, with arrays of numbers on one line."""

@@ -145,10 +145,13 @@ class Measurer:
         *,
         prompts: Sequence[Prompt] | None = None,
         runner: RoundRunner = plain_rounds,
+        label: str = "",
     ) -> Iterator[Lane]:
         """This server's lane for measurement ``name``: connections and client processes
-        kept across its steps, one measured window; closed on leaving."""
-        lane = Lane(self, name, aio, self.server.start(), prompts=prompts, runner=runner)
+        kept across its steps, one measured window; closed on leaving. ``label``: how
+        progress lines name the measurement (default: ``name``; an A/B run names the side)."""
+        backend = self.server.start()
+        lane = Lane(self, name, aio, backend, prompts=prompts, runner=runner, label=label)
         try:
             yield lane
         finally:
@@ -294,10 +297,12 @@ class Lane:
         *,
         prompts: Sequence[Prompt] | None = None,
         runner: RoundRunner = plain_rounds,
+        label: str = "",
     ) -> None:
         self.measurer = measurer
         self.profile = profile = measurer.profile
-        self.name = name
+        self.name = name  # the measurement: with the level and repeat, it seeds the prompts
+        self.label = label = label or name
         self.aio = aio
         self.view = measurer.view
         self.progress = measurer.progress
@@ -310,9 +315,9 @@ class Lane:
 
         def show_progress(tally: Tally) -> None:
             step = self.current[-1]
-            label = progress.live_label(name, step.level, step.word, step.repeat + 1, tally.phase)
+            text = progress.live_label(label, step.level, step.word, step.repeat + 1, tally.phase)
             rate = rate_text(profile, kind, tally, measurer.forced)
-            self.view.show(label, tally.total, tally.done, tally.failed, rate)
+            self.view.show(text, tally.total, tally.done, tally.failed, rate)
 
         def on_record(_: int, record: RequestRecord) -> None:
             if not record.ok:
@@ -360,7 +365,7 @@ class Lane:
         number = step.repeat + 1
         self.progress(
             progress.run_starts(
-                name, step.level, step.word, number, step.requests, lengths, w.warmup
+                self.label, step.level, step.word, number, step.requests, lengths, w.warmup
             )
         )
         drawn = self.measurer.prompts(name, step.level, step.repeat, step.requests + w.warmup)
@@ -374,7 +379,7 @@ class Lane:
         if data.rate is not None and (late := behind_schedule(self.profile, self.name, data)):
             measurer.notes.warn(late)
         if not step.sequential:
-            self.progress(progress.level_ended(self.name, data))
+            self.progress(progress.level_ended(self.label, data))
         measurer.save()
         return data
 

@@ -28,6 +28,8 @@ class Step:
     requests: int  # measured requests (the workload's warmup comes first)
     word: str = "run"  # how progress lines name a repeat ("search": a capacity probe)
     sequential: bool = False  # one request at a time on one connection (single requests)
+    side: str = ""  # an A/B run's side ("A" or "B"); "" for a run with one server
+    discard: bool = False  # a warm-up run: measured, never judged
 
 
 class Plan(Protocol):
@@ -131,3 +133,61 @@ class CapacityPlan:
             )  # fmt: skip
             assert level is not None  # an empty search always has a first probe
         return Step(level, len(searches) - 1, self.requests_at(level), word="search")
+
+
+ABDecide = Callable[[int | float, list[LevelData], list[LevelData]], Decision]
+
+
+@dataclass
+class ABPlan:
+    """A side-by-side run: each level on both sides, first one warm-up run a side
+    (discarded), then blocks A B B A while ``decide(level, a_runs, b_runs)`` says "repeat"
+    (after each block; the runs pair up in order). "stop" ends the run (B far worse).
+    Pair k's runs draw the same prompts on both sides (the same repeat number)."""
+
+    levels: Sequence[int | float]
+    requests_at: Callable[[int | float], int]
+    decide: ABDecide
+    not_run: list[int | float] = field(default_factory=list)
+    runs: dict[str, list[LevelData]] = field(default_factory=lambda: {"A": [], "B": []})
+    _position: int = 0
+    _queue: list[Step] = field(default_factory=list)
+    _issued: Step | None = None
+    _seen: int = 0
+
+    def _block(self, level: int | float, pairs: int) -> list[Step]:
+        requests = self.requests_at(level)
+        return [
+            Step(level, pairs + offset + 1, requests, side=side)
+            for offset, side in ((0, "A"), (0, "B"), (1, "B"), (1, "A"))
+        ]
+
+    def _level(self) -> list[Step]:
+        level = self.levels[self._position]
+        requests = self.requests_at(level)
+        warm = [Step(level, 0, requests, word="warm-up", side=s, discard=True) for s in "AB"]
+        return warm + self._block(level, 0)
+
+    def next(self, done: Sequence[LevelData]) -> Step | None:
+        new, self._seen = done[self._seen :], len(done)
+        if new and self._issued is not None and not self._issued.discard:
+            self.runs[self._issued.side].append(new[-1])
+        if not new:  # the first step
+            if not self.levels:
+                return None
+            self._queue = self._level()
+        elif not self._queue:  # a block ended: decide
+            level = self.levels[self._position]
+            decision = self.decide(level, list(self.runs["A"]), list(self.runs["B"]))
+            if decision == "repeat":
+                self._queue = self._block(level, len(self.runs["A"]))
+            else:
+                self._position += 1
+                self.runs = {"A": [], "B": []}
+                if decision == "stop" or self._position >= len(self.levels):
+                    stopped = decision == "stop"
+                    self.not_run = list(self.levels[self._position :]) if stopped else []
+                    return None
+                self._queue = self._level()
+        self._issued = self._queue.pop(0)
+        return self._issued

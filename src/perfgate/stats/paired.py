@@ -123,6 +123,7 @@ class Pairs:
     limit: float
     better: float
     may_abort: bool = False  # a figure whose far-worse pairs end the run (tok/s)
+    direction: Direction = "higher"  # the figure's own, for the words
 
     @staticmethod
     def of(
@@ -138,7 +139,7 @@ class Pairs:
             raise ValueError(f"{len(a)} runs of A against {len(b)} of B: pairs need both")
         limit, better = paired_limits(tolerance, direction)
         ratios = tuple(pair_ratio(x, y, direction) for x, y in zip(a, b, strict=True))
-        return Pairs(ratios, limit, better, may_abort)
+        return Pairs(ratios, limit, better, may_abort, direction)
 
     @property
     def n(self) -> int:
@@ -162,10 +163,14 @@ class Pairs:
         """The two-sided ``confidence`` interval of the median ratio (log units)."""
         return self.bounds(0.5 + confidence / 2)
 
+    def change(self, log_ratio: float) -> float:
+        """A mirrored log ratio as B's change against A in the figure's own terms
+        (+0.25: B's value 25% above A's, whether that is better or worse)."""
+        return math.expm1(log_ratio if self.direction == "higher" else -log_ratio)
 
-def pct(log_ratio: float) -> str:
-    """A log ratio as a signed percent change."""
-    return f"{math.expm1(log_ratio):+.1%}"
+    def pct(self, log_ratio: float) -> str:
+        """A mirrored log ratio as B/A's signed percent change in the figure's own terms."""
+        return f"{self.change(log_ratio):+.1%}"
 
 
 def pairs_to_decide(pairs: Pairs, rule: PairedRule) -> int | None:
@@ -192,13 +197,13 @@ def far_worse(pairs: Pairs, rule: PairedRule) -> str | None:
         return None
     if max(first) >= math.log(rule.abort_below):
         return None
-    worst = ", ".join(f"x{math.exp(r):.2f}" for r in first)
+    worst = ", ".join(f"x{1 + pairs.change(r):.2f}" for r in first)
     return f"B far worse: its first {len(first)} pairs at {worst} of A (an early stop)"
 
 
 def decide_paired(pairs: Pairs, rule: PairedRule) -> Decision:
     """The verdict of one figure's pairs, or a request for more pairs (module docstring)."""
-    n = pairs.n
+    n, pct = pairs.n, pairs.pct
     if why := far_worse(pairs, rule):
         return Decision("regressed", "done", why)
     final = n >= rule.max_pairs
@@ -208,14 +213,14 @@ def decide_paired(pairs: Pairs, rule: PairedRule) -> Decision:
     _, high = pairs.bounds(rule.regressed_confidence)
     if high is not None and high < pairs.limit:
         why = (
-            f"B/A {pct(pairs.estimate)} over {n} pairs; even its upper bound, {pct(high)}, "
+            f"B/A {pct(pairs.estimate)} over {n} pairs; even its best bound, {pct(high)}, "
             f"is past the limit {pct(pairs.limit)}, beyond noise"
         )
         return Decision("regressed", "done", why)
     low, _ = pairs.bounds(rule.pass_confidence)
     if low is not None and low > pairs.limit:
         improved = low > pairs.better
-        why = f"B/A {pct(pairs.estimate)} over {n} pairs; its lower bound, {pct(low)}, clears "
+        why = f"B/A {pct(pairs.estimate)} over {n} pairs; its worst bound, {pct(low)}, clears "
         why += (
             f"the better limit {pct(pairs.better)}" if improved else f"the limit {pct(pairs.limit)}"
         )
@@ -223,7 +228,7 @@ def decide_paired(pairs: Pairs, rule: PairedRule) -> Decision:
     if high is not None and high < pairs.limit / 2:
         why = (
             f"B/A {pct(pairs.estimate)} over {n} pairs: about at the limit {pct(pairs.limit)} "
-            f"and worse than A beyond noise (upper bound {pct(high)}); more pairs would not "
+            f"and worse than A beyond noise (best bound {pct(high)}); more pairs would not "
             "pass it, so the level stops here"
         )
         return Decision("too-noisy", "done", why)
@@ -235,10 +240,13 @@ def decide_paired(pairs: Pairs, rule: PairedRule) -> Decision:
 def too_noisy_why(pairs: Pairs, rule: PairedRule) -> str:
     """Why a figure's pairs decided nothing by the most pairs, and the fix in numbers."""
     low, high = pairs.interval()
-    span = f"{pct(low)}..{pct(high)}" if low is not None and high is not None else "unknown"
+    span = "unknown"
+    if low is not None and high is not None:
+        ends = sorted(pairs.change(x) for x in (low, high))
+        span = f"{ends[0]:+.1%}..{ends[1]:+.1%}"
     head = (
-        f"too noisy to decide after {pairs.n} pairs: B/A {pct(pairs.estimate)} "
-        f"(95% interval {span}) against the limit {pct(pairs.limit)}"
+        f"too noisy to decide after {pairs.n} pairs: B/A {pairs.pct(pairs.estimate)} "
+        f"(95% interval {span}) against the limit {pairs.pct(pairs.limit)}"
     )
     need = pairs_to_decide(pairs, rule)
     if need is None:

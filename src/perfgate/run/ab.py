@@ -1,0 +1,183 @@
+"""A side-by-side (A/B) run: A, the reference, and B, the candidate, on one host at once.
+
+Each side is a :class:`~perfgate.run.session.PerfgateSession` (its own server control,
+prompt source and measurer); one loop pulls an :class:`~perfgate.run.plans.ABPlan` and runs
+each step on its side's lane, so the two servers are loaded one at a time, A B B A. The
+paired policy (:mod:`perfgate.gate.ab`) decides blocks and the verdict; B's run JSON holds
+both sides (A's record as its ``reference``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from perfgate.errors import BackendError, ProfileError
+from perfgate.gate.ab import ABPolicy
+from perfgate.gate.policy import exit_code
+from perfgate.gate.values import level_name
+from perfgate.gate.verdict import Check
+from perfgate.launch import Backend
+from perfgate.measure.data import LevelData, Measurement
+from perfgate.profile import Profile
+from perfgate.render.ab import ab_table
+from perfgate.run.plans import ABPlan, Decision
+from perfgate.run.session import Outcome, PerfgateSession
+
+USAGE = 4  # pytest's usage-error exit code: the reference could not run, B was not judged
+COMPARED = ("model.name", "workload")  # what both sides must share
+
+
+class ReferenceUnavailable(BackendError):
+    """A, the reference, could not start: nothing about B can be judged."""
+
+
+def differences(a: Profile, b: Profile) -> list[str]:
+    """The shared fields (:data:`COMPARED`) in which two profiles differ, each named with
+    both values."""
+    out = []
+    if a.model.name != b.model.name:
+        out.append(f"model.name: A {a.model.name!r}, B {b.model.name!r}")
+    wa, wb = a.workload.model_dump(), b.workload.model_dump()
+    for key in sorted(wa.keys() | wb.keys()):
+        if wa.get(key) != wb.get(key):
+            out.append(f"workload.{key}: A {wa.get(key)!r}, B {wb.get(key)!r}")
+    return out
+
+
+@dataclass(frozen=True)
+class ABOptions:
+    """What an A/B run was asked: the tolerance B must stay within, and whether the two
+    profiles may differ in model or workload."""
+
+    tolerance: float = 0.10
+    allow_model_change: bool = False
+    min_pairs: int = 8
+    max_pairs: int = 200
+
+
+class ABRun:
+    """One side-by-side run of two sessions. Both servers are up together (colocated);
+    each level runs a warm-up a side, then ABBA blocks until the paired verdict decides."""
+
+    def __init__(
+        self,
+        a: PerfgateSession,
+        b: PerfgateSession,
+        options: ABOptions = ABOptions(),
+        progress: Callable[[str], None] = print,
+    ) -> None:
+        self.a, self.b, self.options, self.progress = a, b, options, progress
+        if (changed := differences(a.profile, b.profile)) and not options.allow_model_change:
+            raise ProfileError(
+                "A and B must serve the same model with the same workload, to compare them; "
+                f"they differ in: {'; '.join(changed)} (--perf-ab-allow-model-change to "
+                "compare them anyway)"
+            )
+        w = b.profile.workload
+        self.levels: list[int | float] = list(w.levels)
+        self.policy = ABPolicy.build(
+            options.tolerance,
+            len(self.levels),
+            b.profile.gate.figures,
+            min_pairs=options.min_pairs,
+            max_pairs=options.max_pairs,
+        )
+        # the same prompts on both sides: one nonce (attached servers may cache prompts)
+        a.prompt_source.nonce = b.prompt_source.nonce
+        a.measurer.save = b.save_run  # one run JSON: B's, A's record inside it
+        b.run.reference = a.run
+        self.checks: list[Check] = []
+
+    def start(self) -> tuple[Backend, Backend]:
+        """Start (or attach) A, then B. A that cannot start is a usage problem
+        (:class:`ReferenceUnavailable`); B that cannot start is B's failure."""
+        try:
+            backend_a = self.a.start_backend()
+        except BackendError as exc:
+            raise ReferenceUnavailable(f"A (the reference) could not start: {exc}") from exc
+        return backend_a, self.b.start_backend()
+
+    def measure(
+        self, name: str = "sweep", requests_at: Callable[[int | float], int] | None = None
+    ) -> tuple[Measurement, Measurement]:
+        """The planned levels on both sides, ABBA, each block judged as it ends."""
+        backend_a, backend_b = self.start()
+        w = self.b.profile.workload
+        at = requests_at or (lambda level: w.rate_requests if isinstance(level, float)
+                             else int(level) * w.rounds)  # fmt: skip
+        ma, mb = Measurement(), Measurement()
+        self.a.run.measurements[name] = ma
+        self.b.run.measurements[name] = mb
+        min_pairs = self.policy.rule.min_pairs
+
+        def decide(
+            level: int | float, runs_a: list[LevelData], runs_b: list[LevelData]
+        ) -> Decision:
+            for side, backend in (("A", backend_a), ("B", backend_b)):
+                if not backend.alive():
+                    mb.aborted = f"{side}'s server is no longer running"
+                    self.progress(f"perfgate: {mb.aborted}; stopping")
+                    return "stop"
+            step, why = self.policy.after_block(name, runs_a, runs_b)
+            if step == "stop":
+                mb.aborted = f"early stop at {level_name(level)}: {why}"
+                self.progress(f"perfgate: {mb.aborted}")
+            elif step == "repeat" and len(runs_a) >= min_pairs:
+                self.progress(f"perfgate: {name} {level_name(level)}: {why}; another block")
+            return step
+
+        plan = ABPlan(self.levels, at, decide)
+        self.progress(
+            f"perfgate: A/B {name}: {self.a.profile.name} (A) against {self.b.profile.name} (B), "
+            f"levels {self.levels}, A B B A blocks, {min_pairs}..{self.policy.rule.max_pairs} "
+            "pairs a level"
+        )
+        with (
+            asyncio.Runner() as aio,
+            self.a.measurer.lane(name, aio, label=f"A {name}") as lane_a,
+            self.b.measurer.lane(name, aio, label=f"B {name}") as lane_b,
+        ):
+            lanes = {"A": lane_a, "B": lane_b}
+            done: list[LevelData] = []
+            while (step := plan.next(done)) is not None:
+                done.append(lanes[step.side].run(step))
+                if not step.discard:
+                    (ma if step.side == "A" else mb).levels.append(done[-1])
+        ma.not_run = mb.not_run = plan.not_run
+        self.b.save_run()
+        return ma, mb
+
+    def judge(self, name: str = "sweep") -> list[Check]:
+        """Every figure of the measurement, judged on its pairs (into B's run JSON)."""
+        a, b = self.a.run.measurements[name], self.b.run.measurements[name]
+        self.checks = self.policy.judge(name, a, b)
+        self.b.run.checks = self.checks
+        return self.checks
+
+    def conclude(self, names: Sequence[str] = ("sweep",)) -> Outcome:
+        """Stop both servers, judge, write the run JSON, and the exit code with the
+        tables to print."""
+        for session in (self.b, self.a):
+            session.stop_backend()
+        lines = []
+        for name in names:
+            if name in self.b.run.measurements:
+                self.judge(name)
+                lines += ["", ab_table(name, self.checks)]
+        failed = [c for c in self.checks if c.failed]
+        aborted = [m.aborted for m in self.b.run.measurements.values() if m.aborted]
+        lines += [c.message() for c in failed] + [f"perfgate: {why}" for why in aborted]
+        word = "failed" if failed or aborted else "passed"
+        for session in (self.a, self.b):
+            session.run.status = word
+        self.b.save_run()
+        code = exit_code(1 if aborted else 0, self.checks, correctness_failed=False,
+                         no_baseline=False)  # fmt: skip
+        verdict = "PASSED" if code == 0 else "FAILED"
+        lines.append(
+            f"perfgate: A/B {verdict}: {self.b.profile.name} (B) against "
+            f"{self.a.profile.name} (A), tolerance {self.options.tolerance:.0%}"
+        )
+        lines.append(f"perfgate: run JSON (both sides) written to {self.b.run_path}")
+        return Outcome(code, lines)

@@ -1,0 +1,74 @@
+"""`perfgate ab A B` on the real llama.cpp server, as a user runs it from their directory:
+perfgate starts both servers, runs them A B B A, and judges B pair by pair (no baseline
+file). The effects are large: the same profile on both sides passes at a 50% tolerance,
+and B with one slot instead of four, at four requests in flight, waits about 3x longer
+for its first token and fails. The rates of the paired verdict are the gate study's
+(tests/unit/test_paired.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.helpers import owned_server_pids, profile_toml, runs_in
+
+SMALL = {  # one level of four requests, short answers: each run takes a second or two
+    "input_len = 128": "input_len = 32",
+    "output_len = 64": "output_len = 16",
+    "levels = [1, 2, 4]": "levels = [4]",
+    "rounds = 3": "rounds = 1",
+}
+
+
+def perfgate(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "perfgate.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+
+
+def test_ab_passes_the_same_server_and_fails_one_slot(tmp_path):
+    before = owned_server_pids()
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    profile_toml(
+        {**SMALL, 'name = "llamacpp-gemma3-270m"': 'name = "four-slots"'}, profiles, "four-slots"
+    )
+    one_slot = {
+        **SMALL,
+        'name = "llamacpp-gemma3-270m"': 'name = "one-slot"',
+        "parallel = 4": "parallel = 1",
+    }
+    profile_toml(one_slot, profiles, "one-slot")
+
+    same = perfgate(
+        "ab", "four-slots", "four-slots", "--tolerance=0.5", "--output=same", cwd=tmp_path
+    )
+    out = same.stdout + same.stderr
+    assert same.returncode == 0, out[-6000:]
+    assert "perfgate: A/B PASSED: four-slots (B) against four-slots (A), tolerance 50%" in out
+    assert "A sweep C=4 warm-up 1" in out and "B sweep C=4 run 8" in out  # ABBA, 8 pairs
+    run = json.loads(runs_in(tmp_path / "same")[-1].read_text())
+    assert run["status"] == "passed" and run["reference"]["measurements"]["sweep"]["levels"]
+    assert len(run["measurements"]["sweep"]["levels"]) == 8  # warm-ups not kept
+
+    slower = perfgate(
+        "ab", "four-slots", "one-slot", "--max-pairs=12", "--output=slower", cwd=tmp_path
+    )
+    out = slower.stdout + slower.stderr
+    assert slower.returncode == 1, out[-6000:]
+    assert "perfgate: A/B FAILED: one-slot (B) against four-slots (A), tolerance 10%" in out
+    # the first pairs' aggregate tok/s far below A's stops the run at once; else the
+    # first token's wait (3x or more) regresses at a look
+    failing = [line for line in out.splitlines() if "→ REGRESSED" in line]
+    assert failing, out[-4000:]
+    assert all(line.startswith(("sweep.c4.agg_tok_s:", "sweep.c4.ttft_s:")) for line in failing)
+    assert any("B far worse" in line or "past the limit" in line for line in failing), failing
+    table = out[out.index("perfgate A/B: sweep") :]
+    assert "B/A" in table and "95% CI" in table
+    assert not (owned_server_pids() - before)  # both servers stopped, both times

@@ -1,0 +1,101 @@
+"""Side-by-side (A/B) runs through two sessions on injected transports (two llama-server
+stand-ins, tests/mock_llamacpp.py): no socket, no process. The effects here are large
+(4x, or none at a 50% tolerance); the paired verdict's fine-grained rates are the gate
+study's (tests/unit/test_paired.py)."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import httpx
+import pytest
+
+from perfgate.errors import ProfileError
+from perfgate.results.run import RunRecord
+from perfgate.run.ab import ABOptions, ABRun, ReferenceUnavailable
+from tests.mock_llamacpp import MockLlamaServer
+from tests.unit.test_run_on_mock import _profile, _session
+
+
+@pytest.fixture(autouse=True)
+def no_socket(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a socket was opened: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+class Recording(MockLlamaServer):
+    """The stand-in, keeping every streamed (measured) prompt it was sent."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.prompts: list[str] = []
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/completions":
+            body = json.loads(request.content)
+            if body.get("stream"):
+                self.prompts.append(body["prompt"])
+        return super().handle(request)
+
+
+def ab(tmp_path, a_server, b_server, said, **options):
+    a = _session(tmp_path, a_server, name="a", said=said)
+    b = _session(tmp_path, b_server, name="b", said=said)
+    return ABRun(a, b, ABOptions(**options), progress=said.append)
+
+
+def test_b_four_times_slower_fails_after_its_first_block_naming_it(tmp_path):
+    said: list[str] = []
+    a_server, b_server = Recording(), Recording(slow=4.0)
+    run = ab(tmp_path, a_server, b_server, said)
+    a, b = run.measure()
+    outcome = run.conclude()
+    assert outcome.exit_code == 1, outcome.lines
+    assert len(a.levels) == len(b.levels) == 2  # one block: A B B A (warm-ups left out)
+    assert any("early stop at C=2" in line and "B far worse" in line for line in said), said
+    regressed = {c.key: c for c in run.checks if c.verdict == "regressed"}
+    assert "sweep.c2.agg_tok_s" in regressed, [c.message() for c in run.checks]
+    assert "A " in regressed["sweep.c2.agg_tok_s"].message()  # judged against A, not a baseline
+    # the same prompts on both sides, pair by pair
+    assert sorted(a_server.prompts) == sorted(b_server.prompts) and a_server.prompts
+    saved = RunRecord.model_validate_json(run.b.run_path.read_text())
+    assert saved.status == "failed" and saved.reference is not None
+    assert len(saved.reference.measurements["sweep"].levels) == 2
+    assert not (tmp_path / "a" / "runs").exists()  # one run JSON, B's, holding both
+    assert any("A/B FAILED" in line for line in outcome.lines)
+
+
+def test_the_same_server_on_both_sides_passes_after_the_minimum_pairs(tmp_path):
+    said: list[str] = []
+    run = ab(tmp_path, Recording(), Recording(), said, tolerance=0.5)
+    a, b = run.measure()
+    outcome = run.conclude()
+    assert outcome.exit_code == 0, outcome.lines
+    assert len(a.levels) == len(b.levels) == 8  # min_pairs, in whole ABBA blocks
+    assert {c.verdict for c in run.checks} <= {"pass", "improved"}
+    table = next(line for line in outcome.lines if line.startswith("perfgate A/B: sweep"))
+    assert "B/A" in table and "95% CI" in table and "PASS" in table
+    assert any(line.startswith("perfgate: A/B PASSED") for line in outcome.lines)
+    assert any("A sweep C=2 warm-up 1" in line for line in said), said[:6]
+
+
+def test_profiles_that_differ_in_model_or_workload_are_refused_naming_the_fields(tmp_path):
+    a = _session(tmp_path, MockLlamaServer(), name="a")
+    other = a.profile.workload.model_copy(update={"output_len": 99})
+    b = _session(tmp_path, MockLlamaServer(), name="b", more={"workload": other})
+    with pytest.raises(ProfileError, match=r"workload.output_len: A 8, B 99.*allow-model-change"):
+        ABRun(a, b)
+    ABRun(a, b, ABOptions(allow_model_change=True))  # asked for: allowed
+
+
+def test_a_reference_that_cannot_start_is_not_a_regression_of_b(tmp_path):
+    broken = MockLlamaServer(broken=("/health", "/v1/models", "/props"))
+    never = {"timeouts": _profile().timeouts.model_copy(update={"startup_s": 0.0})}
+    a = _session(tmp_path, broken, name="a", more=never)
+    run = ABRun(a, _session(tmp_path, MockLlamaServer(), name="b"))
+    with pytest.raises(ReferenceUnavailable, match="A \\(the reference\\) could not start"):
+        run.measure()
