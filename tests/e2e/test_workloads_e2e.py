@@ -266,9 +266,12 @@ CAPACITY = {
     **TINY,
     'name = "tiny"': 'name = "capacity"',
     "output_len = 8": "output_len = 64",
-    # one round a probe: C requests leave together, so at C=5 one waits for a whole answer
-    # (4 of 5 met, under the 0.9 target) as it did with two rounds (8 of 10), and at C=4
-    # fewer requests can miss by chance; half the requests, the same capacities
+    # one round a probe (TINY's rounds = 1): C requests leave together, so at C=5 one
+    # waits for a whole answer (4 of 5 met, under the 0.9 target) as it did with two rounds
+    # (8 of 10), and at C=4 fewer requests can miss by chance: the same capacities. No
+    # warmup request before each probe (a 64-token answer, ~3 s, 16 probes): a probe's
+    # requests leave together on a server that has just answered the probe before
+    "warmup = 1": "warmup = 0",
     # a TTFT service level between prefill alone (about 0.5 s at C=4 here) and a queued
     # request's wait for a whole 64-token answer (about 3 s): each 3x or more away from it,
     # on a host twice as slow as this one too (a held core) or a third faster
