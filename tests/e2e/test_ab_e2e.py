@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 
+from perfgate.stats.paired import PairedRule
 from tests.helpers import owned_server_pids, profile_toml, runs_in
 
 SMALL = {  # one level of four requests, short answers: each run takes a second or two
@@ -54,8 +55,10 @@ def test_ab_passes_the_same_server_and_fails_one_slot(tmp_path):
     assert "perfgate: A/B PASSED: four-slots (B) against four-slots (A), tolerance 50%" in out
     assert "A sweep C=4 warm-up 1" in out and "B sweep C=4 run 8" in out  # ABBA, 8 pairs
     run = json.loads(runs_in(tmp_path / "same")[-1].read_text())
-    assert run["status"] == "passed" and run["reference"]["measurements"]["sweep"]["levels"]
-    assert len(run["measurements"]["sweep"]["levels"]) == 8  # warm-ups not kept
+    pairs = len(run["measurements"]["sweep"]["levels"])  # warm-ups not kept
+    assert run["status"] == "passed"
+    assert pairs == len(run["reference"]["measurements"]["sweep"]["levels"])
+    assert pairs in PairedRule().looks, pairs  # decided at a look (8 on a quiet host)
 
     slower = perfgate(
         "ab", "four-slots", "one-slot", "--max-pairs=12", "--output=slower", cwd=tmp_path
@@ -69,6 +72,8 @@ def test_ab_passes_the_same_server_and_fails_one_slot(tmp_path):
     assert failing, out[-4000:]
     assert all(line.startswith(("sweep.c4.agg_tok_s:", "sweep.c4.ttft_s:")) for line in failing)
     assert any("B far worse" in line or "past the limit" in line for line in failing), failing
+    assert "configuration facts that differ (A → B):" in out and "slots: 4 → 1" in out
+    assert "parallel slots 1 (A: 4)" in out  # the likely cause, from both servers' facts
     table = out[out.index("perfgate A/B: sweep") :]
     assert "B/A" in table and "95% CI" in table
     assert not (owned_server_pids() - before)  # both servers stopped, both times

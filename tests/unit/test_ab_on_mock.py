@@ -99,3 +99,28 @@ def test_a_reference_that_cannot_start_is_not_a_regression_of_b(tmp_path):
     run = ABRun(a, _session(tmp_path, MockLlamaServer(), name="b"))
     with pytest.raises(ReferenceUnavailable, match="A \\(the reference\\) could not start"):
         run.measure()
+
+
+class Rewording(Recording):
+    """The stand-in whose greedy (non-streamed) answer to one prompt changed."""
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle(request)
+        if request.url.path == "/v1/completions":
+            body = json.loads(request.content)
+            if not body.get("stream") and "France" in str(body.get("prompt")):
+                data = response.json()
+                data["choices"][0]["text"] = " a different answer"
+                return httpx.Response(200, json=data)
+        return response
+
+
+def test_b_whose_greedy_answer_changed_fails_correctness_naming_the_prompt(tmp_path):
+    said: list[str] = []
+    run = ab(tmp_path, Recording(), Rewording(), said, tolerance=0.5, max_pairs=8)
+    run.measure()
+    outcome = run.conclude()
+    assert outcome.exit_code == 12, outcome.lines  # the correctness exit code
+    text = "\n".join(outcome.lines)
+    assert "B's greedy answers differ from A's" in text and "a different answer" in text, text
+    assert run.b.run.correctness_failures == ["ab: greedy answers against A"]

@@ -9,9 +9,17 @@ both sides (A's record as its ``reference``)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+import httpx
+
+import perfgate.suites
+from perfgate.client import SimpleClient
+from perfgate.correctness.golden import GoldenOutputs, Greedy, compare_golden, greedy_outputs
+from perfgate.diagnose.causes import diagnose
 from perfgate.errors import BackendError, ProfileError
 from perfgate.gate.ab import ABPolicy
 from perfgate.gate.policy import exit_code
@@ -25,6 +33,7 @@ from perfgate.run.plans import ABPlan, Decision
 from perfgate.run.session import Outcome, PerfgateSession
 
 USAGE = 4  # pytest's usage-error exit code: the reference could not run, B was not judged
+GOLDEN_PROMPTS = Path(perfgate.suites.__file__).parent / "correctness/data/golden_prompts.json"
 COMPARED = ("model.name", "workload")  # what both sides must share
 
 
@@ -88,6 +97,7 @@ class ABRun:
         a.measurer.save = b.save_run  # one run JSON: B's, A's record inside it
         b.run.reference = a.run
         self.checks: list[Check] = []
+        self.answers_changed = ""  # B's greedy answers against A's, when too many differ
 
     def start(self) -> tuple[Backend, Backend]:
         """Start (or attach) A, then B. A that cannot start is a usage problem
@@ -98,11 +108,55 @@ class ABRun:
             raise ReferenceUnavailable(f"A (the reference) could not start: {exc}") from exc
         return backend_a, self.b.start_backend()
 
+    def greedy(self, session: PerfgateSession, prompts: list[str], max_tokens: int) -> Greedy:
+        """One side's greedy answers to ``prompts`` (with their token log-probs)."""
+        backend = session.start_backend()
+        client = SimpleClient(
+            backend.base_url,
+            session.profile.model.name,
+            timeout_s=session.profile.timeouts.request_s,
+            fields=session.profile.server.request_fields,
+            transport=session.settings.http.transport,
+            headers=backend.headers,
+        )
+        return greedy_outputs(client, prompts, max_tokens, session.engine.deterministic_extras())
+
+    def compare_answers(self) -> str:
+        """B's greedy answers to the golden prompts against A's, as the twin check does
+        (a near-tie flip is no change); the failure text when fewer than B's profile's
+        ``correctness.twin_min_exact`` match, else ''."""
+        data = json.loads(GOLDEN_PROMPTS.read_text(encoding="utf-8"))
+        prompts, max_tokens = list(data["prompts"]), int(data["max_tokens"])
+        try:
+            theirs = self.greedy(self.a, prompts, max_tokens)
+            ours = self.greedy(self.b, prompts, max_tokens)
+        except httpx.HTTPError as exc:
+            return f"greedy answers could not be compared: {exc}"
+        spec = self.b.profile.correctness
+        reference = GoldenOutputs(
+            schema_version=1, max_tokens=max_tokens, outputs=theirs.outputs, tokens=theirs.tokens
+        )
+        diffs = compare_golden(reference, ours.outputs, ours.tokens, spec.golden_tie_margin)
+        matched = sum(d.outcome != "changed" for d in diffs) / len(diffs)
+        self.progress(f"perfgate: B's greedy answers against A's: {matched:.0%} the same")
+        if matched >= spec.twin_min_exact:
+            return ""
+        changed = "\n".join(d.message() for d in diffs if d.outcome == "changed")
+        return (
+            f"B's greedy answers differ from A's: {matched:.0%} the same "
+            f"(minimum {spec.twin_min_exact:.0%}):\n{changed}"
+        )
+
     def measure(
         self, name: str = "sweep", requests_at: Callable[[int | float], int] | None = None
     ) -> tuple[Measurement, Measurement]:
-        """The planned levels on both sides, ABBA, each block judged as it ends."""
+        """B's answers against A's, then the planned levels on both sides, ABBA, each
+        block judged as it ends."""
         backend_a, backend_b = self.start()
+        if why := self.compare_answers():
+            self.answers_changed = why
+            self.b.correctness_failed("ab: greedy answers against A", usability=False, ran=True)
+            self.progress(f"perfgate: {why}")
         w = self.b.profile.workload
         at = requests_at or (lambda level: w.rate_requests if isinstance(level, float)
                              else int(level) * w.rounds)  # fmt: skip
@@ -155,12 +209,29 @@ class ABRun:
         self.b.run.checks = self.checks
         return self.checks
 
+    def facts_changed(self, failed: Sequence[Check]) -> list[str]:
+        """Why B failed, from both sides' live facts: what differs (A → B), and the
+        likely causes ranked (B's facts against A's, as against a baseline's)."""
+        for session in (self.a, self.b):
+            if session.backend is not None:
+                session.collect_facts()
+        why = diagnose(self.b.run.facts, self.a.run.facts, failed)
+        lines = []
+        if why.changes:
+            lines.append("perfgate: configuration facts that differ (A → B):")
+            lines += [f"  {change.describe()}" for change in why.changes]
+        if failed and why.causes:
+            lines.append("perfgate: likely causes, most likely first:")
+            lines += [  # the causes' words name a baseline: here it is A
+                f"  {i}. {cause.text.replace('(baseline ', '(A: ')}"
+                for i, cause in enumerate(why.causes, 1)
+            ]
+        return lines
+
     def conclude(self, names: Sequence[str] = ("sweep",)) -> Outcome:
         """Stop both servers, judge, write the run JSON, and the exit code with the
         tables to print."""
-        for session in (self.b, self.a):
-            session.stop_backend()
-        lines = []
+        lines: list[str] = []
         for name in names:
             if name in self.b.run.measurements:
                 self.judge(name)
@@ -168,12 +239,22 @@ class ABRun:
         failed = [c for c in self.checks if c.failed]
         aborted = [m.aborted for m in self.b.run.measurements.values() if m.aborted]
         lines += [c.message() for c in failed] + [f"perfgate: {why}" for why in aborted]
-        word = "failed" if failed or aborted else "passed"
+        if self.answers_changed:
+            lines.append(f"perfgate: {self.answers_changed}")
+        if failed or self.answers_changed:
+            lines += self.facts_changed(failed)
+        word = "failed" if failed or aborted or self.answers_changed else "passed"
         for session in (self.a, self.b):
             session.run.status = word
+        for session in (self.b, self.a):
+            session.stop_backend()
         self.b.save_run()
-        code = exit_code(1 if aborted else 0, self.checks, correctness_failed=False,
-                         no_baseline=False)  # fmt: skip
+        code = exit_code(
+            1 if aborted else 0,
+            self.checks,
+            correctness_failed=bool(self.answers_changed),
+            no_baseline=False,
+        )
         verdict = "PASSED" if code == 0 else "FAILED"
         lines.append(
             f"perfgate: A/B {verdict}: {self.b.profile.name} (B) against "

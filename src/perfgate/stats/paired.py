@@ -64,8 +64,8 @@ class PairedRule:
     figures: int = 1
     false_failure_rate: float = 0.01
     pass_confidence: float = 0.99
-    abort_below: float = 0.5
-    abort_pairs: int = 2
+    abort_below: float = 1 / 3  # both pairs of a first block this far below: not noise
+    abort_pairs: int = 2  # (at 30% run noise a pair falls that low 0.45% of the time)
 
     def __post_init__(self) -> None:
         if not 0 < self.tolerance < 1:
