@@ -193,7 +193,8 @@ def test_request_rates_count_queueing_from_the_schedule_and_report_the_clients_l
     are sent on time (client delay p99 under a tenth of the latency) and their latency
     holds the server's queue, seconds long. With at most 2 in flight the queue is the client's:
     requests leave late, the run says the client fell behind its schedule, and latency
-    still counts from the scheduled time."""
+    still counts from the scheduled time (checked in each run of it: one run, no extra
+    runs for timing figures it does not judge)."""
     profile = profile_toml(RATE, tmp_path)
     baselines = tmp_path / "baselines"
     record = _rate(profile, baselines, tmp_path / "rec", "--perf-update-baselines")
@@ -304,7 +305,9 @@ def test_the_capacity_search_finds_the_servers_slots_and_fails_when_they_shrink(
     """A TTFT service level the server meets only while every request in flight has a
     slot (a queued request waits for a whole answer: one in five at C=5 misses it): the
     search's capacity is the server's 4 slots, recorded from 3 searches; the same server
-    with 2 slots has capacity 2, and the gate fails on it, naming the slots."""
+    with 2 slots has capacity 2, and the gate fails on it, naming the slots. One round a
+    probe and no warmup (CAPACITY) suffice: the effect is a queued request's whole-answer
+    wait against prefill alone, each 3x or more from the service level."""
     full = profile_toml(CAPACITY, tmp_path)
     (tmp_path / "starved").mkdir()
     starved = profile_toml({**CAPACITY, **TWO_SLOTS}, tmp_path / "starved")

@@ -342,7 +342,9 @@ def test_vllm_server_metrics_name_a_small_kv_cache_and_too_few_sequences(
     has no smaller knob: VLLM_CPU_KVCACHE_SPACE counts whole GiB) preempts requests, and
     `--max-num-seqs 2` queues them. Each run fails on the server's own figure
     (``gate.figures``, judged as count + 1 from a baseline of 0), and the diagnosis names
-    the preemptions, or the queue behind the two sequences, from vLLM's /metrics."""
+    the preemptions, or the queue behind the two sequences, from vLLM's /metrics. One run a
+    gate and no warmup request (SERVER_METRICS) decide it: those counts go from 0 to
+    several."""
     text = keyed_profile(tmp_path).read_text()
     for old, new in SERVER_METRICS.items():
         assert old in text, old
