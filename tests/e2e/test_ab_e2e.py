@@ -1,4 +1,5 @@
-"""`perfgate ab A B` on the real llama.cpp server, as a user runs it from their directory:
+"""`perfgate ab A B` (and `perfgate run B --perf-ab A`, pytest) on the real llama.cpp
+server, as a user runs it from their directory:
 perfgate starts both servers, runs them A B B A, and judges B pair by pair (no baseline
 file). The effects are large: the same profile on both sides passes at a 50% tolerance,
 and B with one slot instead of four, at four requests in flight, waits about 3x longer
@@ -60,17 +61,21 @@ def test_ab_passes_the_same_server_and_fails_one_slot(tmp_path):
     assert pairs == len(run["reference"]["measurements"]["sweep"]["levels"])
     assert pairs in PairedRule().looks, pairs  # decided at a look (8 on a quiet host)
 
+    # the same from pytest, as `perfgate run` runs it from a user's directory (the sweep)
     slower = perfgate(
-        "ab", "four-slots", "one-slot", "--max-pairs=12", "--output=slower", cwd=tmp_path
-    )
+        "run", "one-slot", "--perf-ab=four-slots", "--perf-ab-max-pairs=12", "-k", "sweep",
+        "--perf-output=slower", "-p", "no:cacheprovider", cwd=tmp_path,
+    )  # fmt: skip
     out = slower.stdout + slower.stderr
     assert slower.returncode == 1, out[-6000:]
     assert "perfgate: A/B FAILED: one-slot (B) against four-slots (A), tolerance 10%" in out
-    # the first pairs' aggregate tok/s far below A's stops the run at once; else the
-    # first token's wait (3x or more) regresses at a look
+    # B's aggregate tok/s about half of A's, its first token's wait about 3x: each
+    # regresses at the 12-pair look (a B at a third of A or less would stop at once)
     failing = [line for line in out.splitlines() if "→ REGRESSED" in line]
     assert failing, out[-4000:]
-    assert all(line.startswith(("sweep.c4.agg_tok_s:", "sweep.c4.ttft_s:")) for line in failing)
+    regressed = {line.strip().removeprefix("E").strip().split(":")[0] for line in failing}
+    assert regressed & {"sweep.c4.agg_tok_s", "sweep.c4.ttft_s"}, failing
+    assert regressed <= {f"sweep.c4.{f}" for f in ("agg_tok_s", "per_request_tok_s", "ttft_s")}
     assert any("B far worse" in line or "past the limit" in line for line in failing), failing
     assert "configuration facts that differ (A → B):" in out and "slots: 4 → 1" in out
     assert "parallel slots 1 (A: 4)" in out  # the likely cause, from both servers' facts

@@ -81,3 +81,22 @@ def test_an_unknown_report_format_is_a_usage_error_before_any_server_starts(tmp_
     assert result.returncode == 4, out  # pytest's usage error
     assert "--perf-report: no report format 'pdf' (there are: csv, junit, markdown, text)" in out
     assert "starting llamacpp" not in out
+
+
+def test_side_by_side_options_are_checked_before_any_server_starts(tmp_path):
+    project = a_project(tmp_path)
+    other = (project / "profiles" / DEFAULT_PROFILE.name).read_text()
+    other = other.replace('name = "llamacpp-gemma3-270m"', 'name = "longer"')
+    (project / "profiles" / "longer.toml").write_text(
+        other.replace("output_len = 64", "output_len = 99")
+    )
+    for args, says in (
+        (["--perf-ab-tolerance=0.2"], "--perf-ab-tolerance needs --perf-ab A"),
+        (["--perf-ab=llamacpp-gemma3-270m", "--perf-update-baselines"], "not a baseline"),
+        (["--perf-ab=longer"], "workload.output_len: A 99, B 64"),
+        (["--perf-ab=llamacpp-gemma3-270m", "--perf-ab-max-pairs=4"], "below min_pairs 8"),
+    ):
+        done = pytest_in(project, "-m", "perf", *args)
+        assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+        assert says in done.stderr, (args, done.stderr[-2000:])
+        assert "ready at" not in done.stdout  # refused before anything started

@@ -16,12 +16,13 @@ from perfgate.plugin.hooks import (
     pytest_sessionstart,
 )
 from perfgate.plugin.options import pytest_addoption
-from perfgate.plugin.state import FIXTURE_MODULES, NOT_CONFIGURED, get_session
+from perfgate.plugin.state import FIXTURE_MODULES, NOT_CONFIGURED, get_ab, get_session
 from perfgate.plugin.terminal import pytest_terminal_summary
 
 __all__ = [
     "FIXTURE_MODULES",
     "NOT_CONFIGURED",
+    "get_ab",
     "get_session",
     "pytest_addoption",
     "pytest_collection_finish",

@@ -22,10 +22,17 @@ from perfgate.plugin.options import (
     server_log,
     setting,
 )
-from perfgate.plugin.state import FIXTURE_MODULES, NOT_CONFIGURED, SESSION_KEY, SUMMARY_KEY
+from perfgate.plugin.state import (
+    AB_KEY,
+    FIXTURE_MODULES,
+    NOT_CONFIGURED,
+    SESSION_KEY,
+    SUMMARY_KEY,
+)
 from perfgate.plugin.terminal import github_run_url
 from perfgate.profile import default_profile, load_profile
 from perfgate.render.formats import find_format
+from perfgate.run.ab import ABOptions, ABRun
 from perfgate.run.session import PerfgateSession
 
 
@@ -94,6 +101,7 @@ def pytest_configure(config: pytest.Config) -> None:
             progress=progress(config),
             history_dir=Path(h) if (h := setting(config, "perfgate_history")) else None,
         )
+        config.stash[AB_KEY] = side_by_side(config, session, profiles_dir, output)
     except PerfgateError as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from exc
     for report in config.getoption("perfgate_report"):  # checked before anything starts
@@ -106,6 +114,40 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.import_plugin(module)
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # so servers get stopped
+
+
+def side_by_side(
+    config: pytest.Config, b: PerfgateSession, profiles_dir: Path, output: str
+) -> ABRun | None:
+    """``--perf-ab A``: the side-by-side run of A (the reference) and this session (B)."""
+    name = config.getoption("perfgate_ab")
+    if name is None:
+        for option in ("perfgate_ab_base_url", "perfgate_ab_tolerance", "perfgate_ab_max_pairs"):
+            if config.getoption(option) is not None:
+                flag = "--perf-" + option.removeprefix("perfgate_").replace("_", "-")
+                raise pytest.UsageError(f"perfgate: {flag} needs --perf-ab A")
+        return None
+    if b.update_baselines:
+        raise pytest.UsageError(
+            "perfgate: --perf-ab judges B against A, not a baseline: run it without "
+            "--perf-update-baselines (record B's baseline after the A/B passed)"
+        )
+    a = PerfgateSession(
+        load_profile(name, profiles_dir),
+        root=config.rootpath,
+        baselines_dir=config.rootpath / config.getini("perfgate_baselines_dir"),
+        output_dir=Path(output),
+        base_url=config.getoption("perfgate_ab_base_url"),
+        progress=b.view,
+    )
+    tolerance = config.getoption("perfgate_ab_tolerance")
+    most = config.getoption("perfgate_ab_max_pairs")
+    options = ABOptions(
+        tolerance=ABOptions.tolerance if tolerance is None else tolerance,
+        allow_model_change=config.getoption("perfgate_ab_allow_model_change"),
+        max_pairs=ABOptions.max_pairs if most is None else most,
+    )
+    return ABRun(a, b, options, progress=b.progress)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -156,6 +198,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     summaries = [Path(p) for p in (setting(session.config, "perfgate_summary"),) if p]
     if github := os.environ.get("GITHUB_STEP_SUMMARY"):
         summaries.append(Path(github))
+    if (ab := session.config.stash.get(AB_KEY, None)) is not None:
+        outcome = ab.conclude(status=int(exitstatus))
+        session.exitstatus = outcome.exit_code
+        session.config.stash[SUMMARY_KEY].extend(outcome.lines)
+        return
     outcome = perf.conclude(
         int(exitstatus),
         summary_paths=list(dict.fromkeys(p.resolve() for p in summaries)),  # each file once

@@ -38,6 +38,43 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="with --perf-base-url: the attached server's log file, read for diagnosis",
     )
     group.addoption(
+        "--perf-ab",
+        dest="perfgate_ab",
+        default=None,
+        metavar="PROFILE",
+        help="a side-by-side run: gate --perf-profile (B) against this profile (A) on this "
+        "host, runs interleaved A B B A, a paired verdict; no baseline file (the sweep)",
+    )
+    group.addoption(
+        "--perf-ab-base-url",
+        dest="perfgate_ab_base_url",
+        default=None,
+        metavar="URL",
+        help="with --perf-ab: attach to A running here",
+    )
+    group.addoption(
+        "--perf-ab-tolerance",
+        dest="perfgate_ab_tolerance",
+        type=float,
+        default=None,
+        metavar="F",
+        help="with --perf-ab: how much worse B may be than A (default 0.1: 10%%)",
+    )
+    group.addoption(
+        "--perf-ab-max-pairs",
+        dest="perfgate_ab_max_pairs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --perf-ab: the most pairs of runs a level (default 200)",
+    )
+    group.addoption(
+        "--perf-ab-allow-model-change",
+        dest="perfgate_ab_allow_model_change",
+        action="store_true",
+        help="with --perf-ab: compare profiles that differ in model or workload",
+    )
+    group.addoption(
         "--perf-update-baselines",
         dest="perfgate_update",
         action="store_true",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from perfgate.run.ab import ABRun
 from perfgate.run.session import PerfgateSession
 
 # The suites' fixtures, registered where perfgate is configured (not in other projects'
@@ -27,7 +28,15 @@ NOT_CONFIGURED = (
 SESSION_KEY = pytest.StashKey["PerfgateSession | None"]()
 
 
+AB_KEY = pytest.StashKey["ABRun | None"]()  # --perf-ab: the side-by-side run (B's session)
+
+
 SUMMARY_KEY = pytest.StashKey[list[str]]()
+
+
+def get_ab(config: pytest.Config) -> ABRun | None:
+    """The side-by-side run (``--perf-ab``), or None."""
+    return config.stash.get(AB_KEY, None)
 
 
 def get_session(config: pytest.Config) -> PerfgateSession:

@@ -30,7 +30,7 @@ from perfgate.measure.data import LevelData, Measurement
 from perfgate.profile import Profile
 from perfgate.render.ab import ab_table
 from perfgate.run.plans import ABPlan, Decision
-from perfgate.run.session import Outcome, PerfgateSession
+from perfgate.run.session import Gated, Outcome, PerfgateSession
 
 USAGE = 4  # pytest's usage-error exit code: the reference could not run, B was not judged
 GOLDEN_PROMPTS = Path(perfgate.suites.__file__).parent / "correctness/data/golden_prompts.json"
@@ -83,15 +83,17 @@ class ABRun:
                 f"they differ in: {'; '.join(changed)} (--perf-ab-allow-model-change to "
                 "compare them anyway)"
             )
-        w = b.profile.workload
-        self.levels: list[int | float] = list(w.levels)
-        self.policy = ABPolicy.build(
-            options.tolerance,
-            len(self.levels),
-            b.profile.gate.figures,
-            min_pairs=options.min_pairs,
-            max_pairs=options.max_pairs,
-        )
+        planned = b.settings.planned()  # the family: every planned level of every measurement
+        try:
+            self.policy = ABPolicy.build(
+                options.tolerance,
+                sum(len(levels) for levels in planned.values()) or 1,
+                b.profile.gate.figures,
+                min_pairs=options.min_pairs,
+                max_pairs=options.max_pairs,
+            )
+        except ValueError as exc:  # the rule's own check: tolerance, min and max pairs
+            raise ProfileError(f"A/B: {exc}") from exc
         # the same prompts on both sides: one nonce (attached servers may cache prompts)
         a.prompt_source.nonce = b.prompt_source.nonce
         a.measurer.save = b.save_run  # one run JSON: B's, A's record inside it
@@ -148,7 +150,10 @@ class ABRun:
         )
 
     def measure(
-        self, name: str = "sweep", requests_at: Callable[[int | float], int] | None = None
+        self,
+        name: str = "sweep",
+        requests_at: Callable[[int | float], int] | None = None,
+        levels: Sequence[int | float] | None = None,
     ) -> tuple[Measurement, Measurement]:
         """B's answers against A's, then the planned levels on both sides, ABBA, each
         block judged as it ends."""
@@ -158,6 +163,7 @@ class ABRun:
             self.b.correctness_failed("ab: greedy answers against A", usability=False, ran=True)
             self.progress(f"perfgate: {why}")
         w = self.b.profile.workload
+        levels = list(w.levels if levels is None else levels)
         at = requests_at or (lambda level: w.rate_requests if isinstance(level, float)
                              else int(level) * w.rounds)  # fmt: skip
         ma, mb = Measurement(), Measurement()
@@ -181,10 +187,10 @@ class ABRun:
                 self.progress(f"perfgate: {name} {level_name(level)}: {why}; another block")
             return step
 
-        plan = ABPlan(self.levels, at, decide)
+        plan = ABPlan(levels, at, decide)
         self.progress(
             f"perfgate: A/B {name}: {self.a.profile.name} (A) against {self.b.profile.name} (B), "
-            f"levels {self.levels}, A B B A blocks, {min_pairs}..{self.policy.rule.max_pairs} "
+            f"levels {levels}, A B B A blocks, {min_pairs}..{self.policy.rule.max_pairs} "
             "pairs a level"
         )
         with (
@@ -201,13 +207,6 @@ class ABRun:
         ma.not_run = mb.not_run = plan.not_run
         self.b.save_run()
         return ma, mb
-
-    def judge(self, name: str = "sweep") -> list[Check]:
-        """Every figure of the measurement, judged on its pairs (into B's run JSON)."""
-        a, b = self.a.run.measurements[name], self.b.run.measurements[name]
-        self.checks = self.policy.judge(name, a, b)
-        self.b.run.checks = self.checks
-        return self.checks
 
     def facts_changed(self, failed: Sequence[Check]) -> list[str]:
         """Why B failed, from both sides' live facts: what differs (A → B), and the
@@ -228,14 +227,37 @@ class ABRun:
             ]
         return lines
 
-    def conclude(self, names: Sequence[str] = ("sweep",)) -> Outcome:
+    def gate(self, name: str) -> Gated:
+        """One measurement judged, with the failure text when it fails (as
+        :meth:`PerfgateSession.gate`: the failing checks, the table)."""
+        checks = [c for c in self.judge_all() if c.key.startswith(f"{name}.")]
+        problems = [c.message() for c in checks if c.failed]
+        if aborted := self.b.run.measurements[name].aborted:
+            problems.append(aborted)
+        if not problems:
+            return Gated(checks)
+        text = "\n".join(
+            [f"perfgate: {name} failed: B against A", *problems, "", ab_table(name, checks)]
+        )
+        return Gated(checks, problems, text)
+
+    def judge_all(self) -> list[Check]:
+        """Every measurement both sides ran, judged (into B's run JSON)."""
+        a, b = self.a.run.measurements, self.b.run.measurements
+        self.checks = [
+            c for name in b if name in a for c in self.policy.judge(name, a[name], b[name])
+        ]
+        self.b.run.checks = self.checks
+        return self.checks
+
+    def conclude(self, status: int = 0) -> Outcome:
         """Stop both servers, judge, write the run JSON, and the exit code with the
-        tables to print."""
+        tables to print. ``status``: the test runner's exit code so far (0 passed,
+        1 tests failed, 2 interrupted, others its own)."""
+        self.judge_all()
         lines: list[str] = []
-        for name in names:
-            if name in self.b.run.measurements:
-                self.judge(name)
-                lines += ["", ab_table(name, self.checks)]
+        for name in self.b.run.measurements:
+            lines += ["", ab_table(name, self.checks)]
         failed = [c for c in self.checks if c.failed]
         aborted = [m.aborted for m in self.b.run.measurements.values() if m.aborted]
         lines += [c.message() for c in failed] + [f"perfgate: {why}" for why in aborted]
@@ -243,16 +265,18 @@ class ABRun:
             lines.append(f"perfgate: {self.answers_changed}")
         if failed or self.answers_changed:
             lines += self.facts_changed(failed)
-        word = "failed" if failed or aborted or self.answers_changed else "passed"
+        word = "failed" if failed or aborted or self.answers_changed or status else "passed"
+        if status == 2:
+            word = "interrupted"
         for session in (self.a, self.b):
             session.run.status = word
         for session in (self.b, self.a):
             session.stop_backend()
         self.b.save_run()
         code = exit_code(
-            1 if aborted else 0,
+            1 if aborted and status == 0 else status,
             self.checks,
-            correctness_failed=bool(self.answers_changed),
+            correctness_failed=bool(self.answers_changed) or self.b.answered_wrongly,
             no_baseline=False,
         )
         verdict = "PASSED" if code == 0 else "FAILED"

@@ -282,12 +282,13 @@ class PerfgateSession:
     def prompts(self, name: str, concurrency: int | float, repeat: int, count: int) -> list[Prompt]:
         return self.measurer.prompts(name, concurrency, repeat, count)
 
-    def refusal(self) -> tuple[str, str] | None:
+    def refusal(self, *, needs_baseline: bool = True) -> tuple[str, str] | None:
         """Why nothing may be measured: ("skip" or "fail", the reason), or None. Starts the
         server first (its hardware picks the baseline): raises :class:`BackendError` where
-        it cannot start."""
+        it cannot start. ``needs_baseline``: False where the run is judged against
+        something else (a side-by-side run's A)."""
         self.server.start()
-        if mismatch := self.choice.hardware_mismatch():
+        if needs_baseline and (mismatch := self.choice.hardware_mismatch()):
             return ("skip" if self.options.allow_no_baseline else "fail", mismatch)
         if self.unusable:
             return (
