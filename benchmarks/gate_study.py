@@ -284,10 +284,6 @@ def main() -> int:
     ]
     settings += [(0.25, 0.0, CPU_LEVELS, False), (0.25, 0.5, CPU_LEVELS, False)]
     settings += [(0.25, 0.5, CPU_LEVELS, True), (0.25, 0.5, LEVELS, True)]
-    print(f"baseline from {RECORD_REPEATS} runs a level; gate {POLICY.min_runs}..{POLICY.max_runs} "
-          f"runs a level; family-wise rate {POLICY.false_failure_rate:.0%}")  # fmt: skip
-    print("| figures | noise CV | regression | trials | rate | runs a level (median) | what |")
-    print("|---|---|---|---|---|---|---|")
     started = time.monotonic()
     with ProcessPoolExecutor(args.workers) as pool:
         if args.manual_only:
@@ -302,6 +298,11 @@ def main() -> int:
             noisy_rows(pool, trials_null, trials_hit)
             print(f"\n({time.monotonic() - started:.0f} s)", file=sys.stderr)
             return 0
+        print(f"baseline from {RECORD_REPEATS} runs a level; gate {POLICY.min_runs}.."
+              f"{POLICY.max_runs} runs a level; family-wise rate "
+              f"{POLICY.false_failure_rate:.0%}")  # fmt: skip
+        print("| figures | noise CV | regression | trials | rate | runs a level (median) | what |")
+        print("|---|---|---|---|---|---|---|")
         for cv, regression, levels, everywhere in settings:
             n = trials_null if regression == 0 else trials_hit
             jobs = [(i * 7919 + int(cv * 1e4) + int(regression * 1e6) + levels, cv, regression,

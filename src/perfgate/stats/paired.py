@@ -15,7 +15,7 @@ improves the verdict.
   ``rule.min_pairs``, each about half as many again as the last, and ``rule.max_pairs``),
   so that looking often cannot buy a pass.
 - PASS (IMPROVED past the better limit) when the lower bound at ``rule.pass_confidence``
-  clears the limit at a look. All looks together pass a B exactly at the limit 2-4% of
+  clears the limit at a look. All looks together pass a B exactly at the limit 2-7% of
   the time (the gate study's paired rows).
 - REGRESSED when the upper bound at the per-figure, per-look share of the family-wise
   rate lies past the limit; or at once, when B is far worse: its first
