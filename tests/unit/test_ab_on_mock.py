@@ -87,7 +87,7 @@ def test_profiles_that_differ_in_model_or_workload_are_refused_naming_the_fields
     a = _session(tmp_path, MockLlamaServer(), name="a")
     other = a.profile.workload.model_copy(update={"output_len": 99})
     b = _session(tmp_path, MockLlamaServer(), name="b", more={"workload": other})
-    with pytest.raises(ProfileError, match=r"workload.output_len: A 8, B 99.*allow-model-change"):
+    with pytest.raises(ProfileError, match=r"workload.output_len: A 8, B 99.*--allow-model-change"):
         ABRun(a, b)
     ABRun(a, b, ABOptions(allow_model_change=True))  # asked for: allowed
 
@@ -119,7 +119,9 @@ def test_b_whose_greedy_answer_changed_fails_correctness_naming_the_prompt(tmp_p
     said: list[str] = []
     run = ab(tmp_path, Recording(), Rewording(), said, tolerance=0.5, max_pairs=8)
     run.measure()
+    run.measure("again")  # a second measurement: the answers were compared once
     outcome = run.conclude()
+    assert sum("greedy answers against A's" in line for line in said) == 1, said
     assert outcome.exit_code == 12, outcome.lines  # the correctness exit code
     text = "\n".join(outcome.lines)
     assert "B's greedy answers differ from A's" in text and "a different answer" in text, text

@@ -80,8 +80,8 @@ class ABRun:
         if (changed := differences(a.profile, b.profile)) and not options.allow_model_change:
             raise ProfileError(
                 "A and B must serve the same model with the same workload, to compare them; "
-                f"they differ in: {'; '.join(changed)} (--perf-ab-allow-model-change to "
-                "compare them anyway)"
+                f"they differ in: {'; '.join(changed)} (--allow-model-change, from pytest "
+                "--perf-ab-allow-model-change, to compare them anyway)"
             )
         planned = b.settings.planned()  # the family: every planned level of every measurement
         try:
@@ -100,6 +100,7 @@ class ABRun:
         b.run.reference = a.run
         self.checks: list[Check] = []
         self.answers_changed = ""  # B's greedy answers against A's, when too many differ
+        self.answers_compared = False  # once a run, before its first measurement
 
     def start(self) -> tuple[Backend, Backend]:
         """Start (or attach) A, then B. A that cannot start is a usage problem
@@ -127,6 +128,7 @@ class ABRun:
         """B's greedy answers to the golden prompts against A's, as the twin check does
         (a near-tie flip is no change); the failure text when fewer than B's profile's
         ``correctness.twin_min_exact`` match, else ''."""
+        self.answers_compared = True
         data = json.loads(GOLDEN_PROMPTS.read_text(encoding="utf-8"))
         prompts, max_tokens = list(data["prompts"]), int(data["max_tokens"])
         try:
@@ -158,7 +160,7 @@ class ABRun:
         """B's answers against A's, then the planned levels on both sides, ABBA, each
         block judged as it ends."""
         backend_a, backend_b = self.start()
-        if why := self.compare_answers():
+        if not self.answers_compared and (why := self.compare_answers()):
             self.answers_changed = why
             self.b.correctness_failed("ab: greedy answers against A", usability=False, ran=True)
             self.progress(f"perfgate: {why}")
