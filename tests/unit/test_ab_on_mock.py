@@ -99,6 +99,8 @@ def test_a_reference_that_cannot_start_is_not_a_regression_of_b(tmp_path):
     run = ABRun(a, _session(tmp_path, MockLlamaServer(), name="b"))
     with pytest.raises(ReferenceUnavailable, match="A \\(the reference\\) could not start"):
         run.measure()
+    outcome = run.conclude(status=1)  # as pytest ends it: the test that measured failed
+    assert outcome.exit_code == 4 and "B was not judged" in outcome.lines[0], outcome
 
 
 class Rewording(Recording):

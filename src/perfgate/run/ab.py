@@ -101,6 +101,7 @@ class ABRun:
         self.checks: list[Check] = []
         self.answers_changed = ""  # B's greedy answers against A's, when too many differ
         self.answers_compared = False  # once a run, before its first measurement
+        self.reference_failed = ""  # why A could not start: the run ends with USAGE
 
     def start(self) -> tuple[Backend, Backend]:
         """Start (or attach) A, then B. A that cannot start is a usage problem
@@ -108,7 +109,8 @@ class ABRun:
         try:
             backend_a = self.a.start_backend()
         except BackendError as exc:
-            raise ReferenceUnavailable(f"A (the reference) could not start: {exc}") from exc
+            self.reference_failed = f"A (the reference) could not start: {exc}"
+            raise ReferenceUnavailable(self.reference_failed) from exc
         return backend_a, self.b.start_backend()
 
     def greedy(self, session: PerfgateSession, prompts: list[str], max_tokens: int) -> Greedy:
@@ -255,7 +257,12 @@ class ABRun:
     def conclude(self, status: int = 0) -> Outcome:
         """Stop both servers, judge, write the run JSON, and the exit code with the
         tables to print. ``status``: the test runner's exit code so far (0 passed,
-        1 tests failed, 2 interrupted, others its own)."""
+        1 tests failed, 2 interrupted, others its own). A that could not start ends it
+        with :data:`USAGE`: nothing about B was judged."""
+        if self.reference_failed:
+            for session in (self.b, self.a):
+                session.stop_backend()
+            return Outcome(USAGE, [f"perfgate: {self.reference_failed}; B was not judged"])
         self.judge_all()
         lines: list[str] = []
         for name in self.b.run.measurements:
