@@ -12,6 +12,8 @@ import httpx
 import pytest
 
 from perfgate.errors import ProfileError
+from perfgate.render.formats import Context
+from perfgate.render.formats.text import text_report
 from perfgate.results.run import RunRecord
 from perfgate.run.ab import ABOptions, ABRun, ReferenceUnavailable
 from tests.mock_llamacpp import MockLlamaServer
@@ -67,6 +69,8 @@ def test_b_four_times_slower_fails_after_its_first_block_naming_it(tmp_path):
     assert len(saved.reference.measurements["sweep"].levels) == 2
     assert not (tmp_path / "a" / "runs").exists()  # one run JSON, B's, holding both
     assert any("A/B FAILED" in line for line in outcome.lines)
+    report = text_report(saved, Context(str(run.b.run_path)))  # `perfgate report` of it
+    assert "B [sweep]" in report and "A [sweep]" in report and "perfgate A/B: sweep" in report
 
 
 def test_the_same_server_on_both_sides_passes_after_the_minimum_pairs(tmp_path):
