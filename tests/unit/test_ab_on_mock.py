@@ -55,8 +55,11 @@ def test_b_four_times_slower_fails_after_its_first_block_naming_it(tmp_path):
     a_server, b_server = Recording(), Recording(slow=4.0)
     run = ab(tmp_path, a_server, b_server, said)
     a, b = run.measure()
-    outcome = run.conclude()
+    outcome = run.conclude(summary_paths=[tmp_path / "summary.md"])
     assert outcome.exit_code == 1, outcome.lines
+    summary = (tmp_path / "summary.md").read_text()  # as $GITHUB_STEP_SUMMARY gets it
+    assert "side by side against A `llamacpp-gemma3-270m`" in summary, summary
+    assert "| figure | A | measured |" in summary and "❌ regressed" in summary
     assert len(a.levels) == len(b.levels) == 2  # one block: A B B A (warm-ups left out)
     assert any("early stop at C=2" in line and "B far worse" in line for line in said), said
     regressed = {c.key: c for c in run.checks if c.verdict == "regressed"}

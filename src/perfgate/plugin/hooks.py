@@ -198,8 +198,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     summaries = [Path(p) for p in (setting(session.config, "perfgate_summary"),) if p]
     if github := os.environ.get("GITHUB_STEP_SUMMARY"):
         summaries.append(Path(github))
+    summaries = [Path(p) for p in (setting(session.config, "perfgate_summary"),) if p]
+    if github := os.environ.get("GITHUB_STEP_SUMMARY"):
+        summaries.append(Path(github))
+    summary_paths = list(dict.fromkeys(p.resolve() for p in summaries))  # each file once
     if (ab := session.config.stash.get(AB_KEY, None)) is not None:
-        outcome = ab.conclude(status=int(exitstatus))
+        outcome = ab.conclude(
+            int(exitstatus),
+            summary_paths=summary_paths,
+            reports=session.config.getoption("perfgate_report"),
+            artifact_url=github_run_url(),
+        )
         session.exitstatus = outcome.exit_code
         session.config.stash[SUMMARY_KEY].extend(outcome.lines)
         return

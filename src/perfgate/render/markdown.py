@@ -89,7 +89,12 @@ def _headline(run: RunRecord) -> str:
 def _provenance(run: RunRecord) -> str:
     hardware = run.hardware.get("key") or run.hardware.get("label") or "?"
     parts = [f"{run.engine} {run.engine_version}", f"hardware `{hardware}`"]
-    if run.baseline is not None:
+    if (a := run.reference) is not None:  # a side-by-side run: judged against A, not a file
+        parts.append(
+            f"side by side against A `{a.profile.get('name')}` ({a.engine} {a.engine_version}), "
+            "runs interleaved A B B A"
+        )
+    elif run.baseline is not None:
         scope = f" ({run.baseline.scope})" if run.baseline.scope else ""
         parts.append(f"{run.baseline.tier} baseline `{run.baseline.path}`{scope}")
         if run.baseline.detectable is not None:
@@ -101,7 +106,8 @@ def _provenance(run: RunRecord) -> str:
 
 
 def _figure_table(checks: Sequence[Check], *, why: bool) -> list[str]:
-    head = "| figure | baseline | measured | interval | limit | Δ | verdict |"
+    against = checks[0].against if checks else "baseline"  # a side-by-side run's: A
+    head = f"| figure | {against} | measured | interval | limit | Δ | verdict |"
     rule = "|---|---:|---:|---|---:|---:|---|"
     if why:
         head, rule = head + " why |", rule + "---|"
@@ -204,14 +210,14 @@ def markdown_summary(
             "</details>",
             "",
         ]
-    out += _diagnosis(run)
+    out += _diagnosis(run, "A" if run.reference is not None else "the baseline")
     if run.warnings:
         out += ["**Warnings**", "", *(f"- {_cell(w)}" for w in run.warnings), ""]
     out += _files(run_json, files, artifact_url)
     return "\n".join(out).rstrip() + "\n"
 
 
-def _diagnosis(run: RunRecord) -> list[str]:
+def _diagnosis(run: RunRecord, against: str = "the baseline") -> list[str]:
     why = run.diagnosis
     if why is None:
         return []
@@ -221,7 +227,7 @@ def _diagnosis(run: RunRecord) -> list[str]:
         out += [f"{i}. {_cell(text)}" for i, text in enumerate(why.causes, 1)]
         out.append("")
     if why.changes:
-        out += ["**Facts that differ from the baseline**", ""]
+        out += [f"**Facts that differ from {against}**", ""]
         out += [f"- `{_cell(change)}`" for change in why.changes]
         out.append("")
     if why.unknown:

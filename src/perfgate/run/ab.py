@@ -37,6 +37,11 @@ GOLDEN_PROMPTS = Path(perfgate.suites.__file__).parent / "correctness/data/golde
 COMPARED = ("model.name", "workload")  # what both sides must share
 
 
+def against_a(cause: str) -> str:
+    """A likely cause's words, which name the baseline's value, naming A's instead."""
+    return cause.replace("(baseline ", "(A: ")
+
+
 class ReferenceUnavailable(BackendError):
     """A, the reference, could not start: nothing about B can be judged."""
 
@@ -219,16 +224,16 @@ class ABRun:
             if session.backend is not None:
                 session.collect_facts()
         why = diagnose(self.b.run.facts, self.a.run.facts, failed)
+        record = why.record()
+        record.causes = [against_a(cause) for cause in record.causes]
+        self.b.run.diagnosis = record
         lines = []
         if why.changes:
             lines.append("perfgate: configuration facts that differ (A → B):")
             lines += [f"  {change.describe()}" for change in why.changes]
         if failed and why.causes:
             lines.append("perfgate: likely causes, most likely first:")
-            lines += [  # the causes' words name a baseline: here it is A
-                f"  {i}. {cause.text.replace('(baseline ', '(A: ')}"
-                for i, cause in enumerate(why.causes, 1)
-            ]
+            lines += [f"  {i}. {cause}" for i, cause in enumerate(record.causes, 1)]
         return lines
 
     def gate(self, name: str) -> Gated:
@@ -254,11 +259,19 @@ class ABRun:
         self.b.run.checks = self.checks
         return self.checks
 
-    def conclude(self, status: int = 0) -> Outcome:
+    def conclude(
+        self,
+        status: int = 0,
+        *,
+        summary_paths: Sequence[Path] = (),
+        reports: Sequence[str] = (),
+        artifact_url: str | None = None,
+    ) -> Outcome:
         """Stop both servers, judge, write the run JSON, and the exit code with the
         tables to print. ``status``: the test runner's exit code so far (0 passed,
         1 tests failed, 2 interrupted, others its own). A that could not start ends it
-        with :data:`USAGE`: nothing about B was judged."""
+        with :data:`USAGE`: nothing about B was judged. ``summary_paths``, ``reports``,
+        ``artifact_url``: the Markdown summary and report formats, as a gated run's."""
         if self.reference_failed:
             for session in (self.b, self.a):
                 session.stop_backend()
@@ -279,6 +292,7 @@ class ABRun:
             word = "interrupted"
         for session in (self.a, self.b):
             session.run.status = word
+        self.b.run.baseline = None  # judged against A: no baseline file gated it
         for session in (self.b, self.a):
             session.stop_backend()
         self.b.save_run()
@@ -294,4 +308,7 @@ class ABRun:
             f"{self.a.profile.name} (A), tolerance {self.options.tolerance:.0%}"
         )
         lines.append(f"perfgate: run JSON (both sides) written to {self.b.run_path}")
+        lines += self.b.recorder.write_reports(
+            summary_paths=summary_paths, plots=False, artifact_url=artifact_url, reports=reports
+        )
         return Outcome(code, lines)
