@@ -57,6 +57,8 @@ def test_b_four_times_slower_fails_after_its_first_block_naming_it(tmp_path):
     a, b = run.measure()
     outcome = run.conclude(summary_paths=[tmp_path / "summary.md"])
     assert outcome.exit_code == 1, outcome.lines
+    plot = run.b.run_path.with_suffix(".b-over-a.png")  # B/A per level, with its interval
+    assert plot.is_file() and any(plot.name in line for line in outcome.lines), outcome.lines
     summary = (tmp_path / "summary.md").read_text()  # as $GITHUB_STEP_SUMMARY gets it
     assert "side by side against A `llamacpp-gemma3-270m`" in summary, summary
     assert "| figure | A | measured |" in summary and "❌ regressed" in summary
@@ -80,7 +82,7 @@ def test_the_same_server_on_both_sides_passes_after_the_minimum_pairs(tmp_path):
     said: list[str] = []
     run = ab(tmp_path, Recording(), Recording(), said, tolerance=0.5)
     a, b = run.measure()
-    outcome = run.conclude()
+    outcome = run.conclude(plots=False)
     assert outcome.exit_code == 0, outcome.lines
     assert len(a.levels) == len(b.levels) == 8  # min_pairs, in whole ABBA blocks
     assert {c.verdict for c in run.checks} <= {"pass", "improved"}
@@ -129,7 +131,7 @@ def test_b_whose_greedy_answer_changed_fails_correctness_naming_the_prompt(tmp_p
     run = ab(tmp_path, Recording(), Rewording(), said, tolerance=0.5, max_pairs=8)
     run.measure()
     run.measure("again")  # a second measurement: the answers were compared once
-    outcome = run.conclude()
+    outcome = run.conclude(plots=False)
     assert sum("greedy answers against A's" in line for line in said) == 1, said
     assert outcome.exit_code == 12, outcome.lines  # the correctness exit code
     text = "\n".join(outcome.lines)

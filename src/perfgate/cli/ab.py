@@ -38,6 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         action="store_true",
         help="compare profiles that differ in model or workload",
     )
+    ab.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     ab.add_argument("--profiles-dir", default="profiles")
     ab.add_argument("--output", default=".perfgate", help="where the run JSON goes")
     ab.set_defaults(func=cmd_ab)
@@ -84,6 +85,6 @@ def cmd_ab(args: argparse.Namespace) -> int:
         for session in sessions:
             session.stop_backend()
         raise
-    outcome = run.conclude()
+    outcome = run.conclude(plots=not args.no_plots)
     print("\n".join(outcome.lines))
     return outcome.exit_code

@@ -137,10 +137,11 @@ class ABPolicy:
             )
         median_a, median_b = statistics.median(judged.a), statistics.median(judged.b)
         low, high = pairs.interval()
-        interval = f"{pairs.n} pairs"
+        interval, value_low, value_high = f"{pairs.n} pairs", None, None
         if low is not None and high is not None:  # B/A in the figure's own terms
             ends = sorted(pairs.change(x) for x in (low, high))
             interval = f"B/A 95% CI {ends[0]:+.1%}..{ends[1]:+.1%}, {pairs.n} pairs"
+            value_low, value_high = median_a * (1 + ends[0]), median_a * (1 + ends[1])
         tolerance = self.rule.tolerance
         worst = 1 - tolerance if figure.direction == "higher" else 1 + tolerance
         return Check(
@@ -148,6 +149,8 @@ class ABPolicy:
             verdict=verdict,
             why=why if "B/A" in why else f"{why}; B/A {pairs.pct(pairs.estimate)}",
             measured=median_b,
+            low=value_low,  # B's value as A's median times the ratio's interval
+            high=value_high,
             samples=pairs.n,
             interval=interval,
             baseline=median_a,

@@ -208,6 +208,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             summary_paths=summary_paths,
             reports=session.config.getoption("perfgate_report"),
             artifact_url=github_run_url(),
+            plots=not setting(session.config, "perfgate_no_plots"),
         )
         session.exitstatus = outcome.exit_code
         session.config.stash[SUMMARY_KEY].extend(outcome.lines)

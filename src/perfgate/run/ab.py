@@ -266,12 +266,14 @@ class ABRun:
         summary_paths: Sequence[Path] = (),
         reports: Sequence[str] = (),
         artifact_url: str | None = None,
+        plots: bool = True,
     ) -> Outcome:
         """Stop both servers, judge, write the run JSON, and the exit code with the
         tables to print. ``status``: the test runner's exit code so far (0 passed,
         1 tests failed, 2 interrupted, others its own). A that could not start ends it
         with :data:`USAGE`: nothing about B was judged. ``summary_paths``, ``reports``,
-        ``artifact_url``: the Markdown summary and report formats, as a gated run's."""
+        ``artifact_url``, ``plots``: the Markdown summary, report formats and plots (B/A
+        per level among them), as a gated run's."""
         if self.reference_failed:
             for session in (self.b, self.a):
                 session.stop_backend()
@@ -309,6 +311,6 @@ class ABRun:
         )
         lines.append(f"perfgate: run JSON (both sides) written to {self.b.run_path}")
         lines += self.b.recorder.write_reports(
-            summary_paths=summary_paths, plots=False, artifact_url=artifact_url, reports=reports
+            summary_paths=summary_paths, plots=plots, artifact_url=artifact_url, reports=reports
         )
         return Outcome(code, lines)

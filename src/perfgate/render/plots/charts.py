@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from perfgate.gate.figures import BY_NAME
 from perfgate.gate.values import parse_key
 from perfgate.measure.data import Measurement
 from perfgate.render.plots.common import (
@@ -241,6 +242,51 @@ def _vs_baseline(
     return save(plt, fig, path)
 
 
+VERDICT_COLORS = {"pass": "#2ca02c", "improved": "#2ca02c", "regressed": "#d62728"}
+AB_FIGURES = ("agg_tok_s", "per_request_tok_s", "ttft_s")
+
+
+def _ab_ratios(
+    plt: Any, run: RunRecord, measurements: Mapping[str, Measurement], path: Path
+) -> Path:
+    """A side-by-side run: B/A per level for each figure, with its 95% interval, the
+    limits dashed, each point colored by its verdict (orange: too noisy)."""
+    fig, axes = plt.subplots(1, len(AB_FIGURES), figsize=WIDE, layout="constrained")
+    legend = Legend()
+    for ax, figure in zip(axes, AB_FIGURES, strict=True):
+        levels: set[int | float] = set()
+        for name in measurements:
+            for level, check in checks_of(run.checks, name, figure):
+                if check.baseline is None or check.measured is None or not check.baseline:
+                    continue
+                levels.add(level)
+                ratio = check.measured / check.baseline
+                low = (check.low or check.measured) / check.baseline
+                high = (check.high or check.measured) / check.baseline
+                ax.errorbar(
+                    [level], [100 * (ratio - 1)],
+                    yerr=[[100 * max(0.0, ratio - low)], [100 * max(0.0, high - ratio)]],
+                    fmt="o", color=VERDICT_COLORS.get(check.verdict, "#ff7f0e"), capsize=4,
+                    label=legend.label(check.verdict.replace("-", " ")),
+                )  # fmt: skip
+                tolerance = check.tolerance or 0.0
+                for bound in (-tolerance, tolerance):
+                    ax.axhline(100 * bound, color="#555555", linestyle="--", linewidth=0.8)
+        ax.axhline(0, color="black", linewidth=0.8)
+        if levels:
+            concurrency_axis(ax, levels)
+        else:
+            empty_note(ax, "no pairs")
+        better = "higher is better" if BY_NAME[figure].direction == "higher" else "lower is better"
+        ax.set_title(f"{figure}: B against A ({better})")
+        ax.set_ylabel("B/A - 1 (%), median of pairs, 95% CI")
+    a = run.reference
+    who = f"A: {a.profile.get('name')} ({a.engine} {a.engine_version})" if a else "A"
+    suptitle(fig, "B against A, side by side (runs interleaved A B B A)", run, [who])
+    legend.place(fig, list(axes))
+    return save(plt, fig, path)
+
+
 def _server(plt: Any, run: RunRecord, path: Path) -> Path | None:
     """The server's queue (waiting, running) and KV-cache use through each level run, level
     runs one after another in measured order (None: no level read the server's metrics)."""
@@ -344,4 +390,6 @@ def render_run_plots(
     if baseline_run is not None:
         path = out_dir / f"{stem}.vs-baseline.png"
         written.append(_vs_baseline(plt, run, measurements, baseline_run, path))
+    if run.reference is not None:  # a side-by-side run: B/A per level
+        written.append(_ab_ratios(plt, run, measurements, out_dir / f"{stem}.b-over-a.png"))
     return written
