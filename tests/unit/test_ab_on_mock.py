@@ -137,3 +137,16 @@ def test_b_whose_greedy_answer_changed_fails_correctness_naming_the_prompt(tmp_p
     text = "\n".join(outcome.lines)
     assert "B's greedy answers differ from A's" in text and "a different answer" in text, text
     assert run.b.run.correctness_failures == ["ab: greedy answers against A"]
+
+
+def test_b_profiles_ab_section_sets_the_rule_and_flags_override_it(tmp_path):
+    ab_spec = _profile().ab.model_copy(update={"tolerance": 0.3, "max_pairs": 12})
+    b = _session(tmp_path, MockLlamaServer(), name="b", more={"ab": ab_spec})
+    a = _session(tmp_path, MockLlamaServer(), name="a", more={"ab": ab_spec})
+    run = ABRun(a, b)
+    assert run.tolerance == 0.3 and run.policy.rule.max_pairs == 12
+    assert run.policy.rule.looks == (8, 12)
+    flagged = ABRun(a, b, ABOptions(tolerance=0.05, max_pairs=18))
+    assert flagged.tolerance == 0.05 and flagged.policy.rule.max_pairs == 18
+    with pytest.raises(ProfileError, match="max_pairs 6 is below min_pairs 8"):
+        ABRun(a, b, ABOptions(max_pairs=6))

@@ -28,11 +28,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     ab.add_argument(
         "--tolerance",
         type=float,
-        default=ABOptions.tolerance,
-        help="how much worse B may be than A, e.g. 0.1: 10%% (default %(default)s)",
+        help="how much worse B may be than A, e.g. 0.1: 10%% (default: B's profile's "
+        "[ab] tolerance, 0.1)",
     )
-    ab.add_argument("--min-pairs", type=int, default=ABOptions.min_pairs)
-    ab.add_argument("--max-pairs", type=int, default=ABOptions.max_pairs)
+    ab.add_argument("--min-pairs", type=int, help="pairs a level before a pass ([ab], 8)")
+    ab.add_argument("--max-pairs", type=int, help="the most pairs a level ([ab], 200)")
     ab.add_argument(
         "--allow-model-change",
         action="store_true",

@@ -140,12 +140,10 @@ def side_by_side(
         base_url=config.getoption("perfgate_ab_base_url"),
         progress=b.view,
     )
-    tolerance = config.getoption("perfgate_ab_tolerance")
-    most = config.getoption("perfgate_ab_max_pairs")
-    options = ABOptions(
-        tolerance=ABOptions.tolerance if tolerance is None else tolerance,
+    options = ABOptions(  # None: B's profile's [ab]
+        tolerance=config.getoption("perfgate_ab_tolerance"),
         allow_model_change=config.getoption("perfgate_ab_allow_model_change"),
-        max_pairs=ABOptions.max_pairs if most is None else most,
+        max_pairs=config.getoption("perfgate_ab_max_pairs"),
     )
     return ABRun(a, b, options, progress=b.progress)
 

@@ -58,7 +58,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=float,
         default=None,
         metavar="F",
-        help="with --perf-ab: how much worse B may be than A (default 0.1: 10%%)",
+        help="with --perf-ab: how much worse B may be than A (default: the profile's [ab] "
+        "tolerance, 0.1: 10%%)",
     )
     group.addoption(
         "--perf-ab-max-pairs",
@@ -66,7 +67,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="with --perf-ab: the most pairs of runs a level (default 200)",
+        help="with --perf-ab: the most pairs of runs a level (default: [ab] max_pairs, 200)",
     )
     group.addoption(
         "--perf-ab-allow-model-change",

@@ -14,7 +14,7 @@ naming the file and the field. One module per table kind:
 
 from perfgate.profile.base import DEFAULT_PROFILE, ArgValue, EngineName, LauncherName, Strict
 from perfgate.profile.correctness import CorrectnessSpec, DegeneracyLimits
-from perfgate.profile.gate import FleetSpec, GateSpec
+from perfgate.profile.gate import AbSpec, FleetSpec, GateSpec
 from perfgate.profile.load import (
     Profile,
     available_profiles,
@@ -40,6 +40,7 @@ __all__ = [
     "PRESETS",
     "REDACTED",
     "SECRET_NAME",
+    "AbSpec",
     "ArgValue",
     "CapacitySpec",
     "CorrectnessSpec",

@@ -95,3 +95,28 @@ class GateSpec(Strict):
         description="How much worse than the baseline (a fraction: 0.02 = 2%) a run's figure "
         "must be to count towards creep_runs.",
     )
+
+
+class AbSpec(Strict):
+    """A side-by-side run's settings (``perfgate ab A B``, ``--perf-ab A``: docs/upgrade.md),
+    read from B's profile; the command-line flags override them."""
+
+    tolerance: float = Field(
+        0.10,
+        gt=0,
+        lt=1,
+        description="How much worse B may be than A, figure by figure (0.1: 10% fewer tok/s "
+        "or 10% more seconds; --tolerance, --perf-ab-tolerance).",
+    )
+    min_pairs: int = Field(
+        8,
+        ge=7,
+        description="Pairs of runs (A and B) of a level before it may pass: whole A B B A "
+        "blocks; 7 is the fewest a signed-rank bound at 99% needs.",
+    )
+    max_pairs: int = Field(
+        200,
+        ge=7,
+        description="The most pairs of a level; a figure still undecided is TOO NOISY "
+        "(--max-pairs, --perf-ab-max-pairs).",
+    )

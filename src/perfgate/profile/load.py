@@ -15,7 +15,7 @@ from pydantic import Field, ValidationError, model_validator
 from perfgate.errors import ProfileError
 from perfgate.profile.base import DEFAULT_PROFILE, ArgValue, EngineName, LauncherName, Strict
 from perfgate.profile.correctness import CorrectnessSpec
-from perfgate.profile.gate import FleetSpec, GateSpec
+from perfgate.profile.gate import AbSpec, FleetSpec, GateSpec
 from perfgate.profile.secrets import ENV_PREFIX, REDACTED, redact_tree
 from perfgate.profile.server import DockerSpec, ModelSpec, ServerSpec, SshSpec, Timeouts
 from perfgate.profile.workload import CapacitySpec, Slo, WorkloadSpec
@@ -34,6 +34,10 @@ class Profile(Strict):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     workload: WorkloadSpec
     gate: GateSpec = Field(default_factory=GateSpec)
+    ab: AbSpec = Field(
+        default_factory=AbSpec,
+        description="Side-by-side runs with this profile as B (perfgate ab, --perf-ab).",
+    )
     slo: Slo | None = Field(
         None,
         description="Service levels: with them every level reports the share of requests "

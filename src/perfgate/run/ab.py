@@ -61,13 +61,14 @@ def differences(a: Profile, b: Profile) -> list[str]:
 
 @dataclass(frozen=True)
 class ABOptions:
-    """What an A/B run was asked: the tolerance B must stay within, and whether the two
-    profiles may differ in model or workload."""
+    """What an A/B run was asked on the command line: the tolerance B must stay within and
+    the pairs a level (None: B's profile's ``[ab]``), and whether the two profiles may
+    differ in model or workload."""
 
-    tolerance: float = 0.10
+    tolerance: float | None = None
     allow_model_change: bool = False
-    min_pairs: int = 8
-    max_pairs: int = 200
+    min_pairs: int | None = None
+    max_pairs: int | None = None
 
 
 class ABRun:
@@ -89,13 +90,15 @@ class ABRun:
                 "--perf-ab-allow-model-change, to compare them anyway)"
             )
         planned = b.settings.planned()  # the family: every planned level of every measurement
+        spec = b.profile.ab
+        self.tolerance = spec.tolerance if options.tolerance is None else options.tolerance
         try:
             self.policy = ABPolicy.build(
-                options.tolerance,
+                self.tolerance,
                 sum(len(levels) for levels in planned.values()) or 1,
                 b.profile.gate.figures,
-                min_pairs=options.min_pairs,
-                max_pairs=options.max_pairs,
+                min_pairs=spec.min_pairs if options.min_pairs is None else options.min_pairs,
+                max_pairs=spec.max_pairs if options.max_pairs is None else options.max_pairs,
             )
         except ValueError as exc:  # the rule's own check: tolerance, min and max pairs
             raise ProfileError(f"A/B: {exc}") from exc
@@ -307,7 +310,7 @@ class ABRun:
         verdict = "PASSED" if code == 0 else "FAILED"
         lines.append(
             f"perfgate: A/B {verdict}: {self.b.profile.name} (B) against "
-            f"{self.a.profile.name} (A), tolerance {self.options.tolerance:.0%}"
+            f"{self.a.profile.name} (A), tolerance {self.tolerance:.0%}"
         )
         lines.append(f"perfgate: run JSON (both sides) written to {self.b.run_path}")
         lines += self.b.recorder.write_reports(
