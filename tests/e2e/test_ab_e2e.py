@@ -64,7 +64,8 @@ def test_ab_passes_the_same_server_and_fails_one_slot(tmp_path):
     # the same from pytest, as `perfgate run` runs it from a user's directory (the sweep)
     slower = perfgate(
         "run", "one-slot", "--perf-ab=four-slots", "--perf-ab-max-pairs=12", "-k", "sweep",
-        "--perf-output=slower", "-p", "no:cacheprovider", cwd=tmp_path,
+        "--perf-output=slower", "--perf-summary=summary.md", "-p", "no:cacheprovider",
+        cwd=tmp_path,
     )  # fmt: skip
     out = slower.stdout + slower.stderr
     assert slower.returncode == 1, out[-6000:]
@@ -81,4 +82,8 @@ def test_ab_passes_the_same_server_and_fails_one_slot(tmp_path):
     assert "parallel slots 1 (A: 4)" in out  # the likely cause, from both servers' facts
     table = out[out.index("perfgate A/B: sweep") :]
     assert "B/A" in table and "95% CI" in table
+    summary = (tmp_path / "summary.md").read_text()  # what $GITHUB_STEP_SUMMARY gets
+    assert "side by side against A `four-slots`" in summary and "| figure | A |" in summary
+    assert "**Facts that differ from A**" in summary and "slots: 4 → 1" in summary
+    assert list((tmp_path / "slower" / "runs").glob("*.b-over-a.png"))  # the B/A plot
     assert not (owned_server_pids() - before)  # both servers stopped, both times
