@@ -6,7 +6,6 @@ study's (tests/unit/test_paired.py)."""
 from __future__ import annotations
 
 import json
-import socket
 
 import httpx
 import pytest
@@ -17,16 +16,7 @@ from perfgate.render.formats.text import text_report
 from perfgate.results.run import RunRecord
 from perfgate.run.ab import ABOptions, ABRun, ReferenceUnavailable
 from tests.mock_llamacpp import MockLlamaServer
-from tests.unit.test_run_on_mock import _profile, _session
-
-
-@pytest.fixture(autouse=True)
-def no_socket(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"a socket was opened: {args}")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+from tests.unit.test_run_on_mock import _profile, _session, no_socket  # noqa: F401 (autouse)
 
 
 class Recording(MockLlamaServer):
