@@ -80,12 +80,17 @@ class ABPolicy:
         tolerance: float,
         levels: int,
         chosen: Collection[str] = (),
-        **rule: int | float,
+        *,
+        min_pairs: int = 8,
+        max_pairs: int = 200,
     ) -> ABPolicy:
         """The policy for ``levels`` planned levels, each of the default figures and the
         ``chosen`` ones (the family the false-failure rate covers)."""
         figures = len(judged_figures(chosen)) * max(1, levels)
-        return ABPolicy(PairedRule(tolerance=tolerance, figures=figures, **rule), frozenset(chosen))  # type: ignore[arg-type]
+        rule = PairedRule(
+            tolerance=tolerance, min_pairs=min_pairs, max_pairs=max_pairs, figures=figures
+        )
+        return ABPolicy(rule, frozenset(chosen))
 
     def decisions(
         self, name: str, a: Sequence[LevelData], b: Sequence[LevelData]
