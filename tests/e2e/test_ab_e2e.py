@@ -49,10 +49,15 @@ def test_ab_passes_the_same_server_and_fails_one_slot(tmp_path):
     profile_toml(one_slot, profiles, "one-slot")
 
     same = perfgate(
-        "ab", "four-slots", "four-slots", "--tolerance=0.5", "--output=same", cwd=tmp_path
-    )
+        "ab", "four-slots", "four-slots", "--tolerance=0.5", "--output=same",
+        "--", "-k", "sweep or known_answer", "-v", "-p", "no:cacheprovider",
+        cwd=tmp_path,
+    )  # fmt: skip
     out = same.stdout + same.stderr
     assert same.returncode == 0, out[-6000:]
+    for side in "AB":  # each side answered the correctness checks, the reference first
+        assert f"test_known_answer[{side}-" in out, out[-6000:]
+    assert out.index("test_known_answer[A-") < out.index("test_known_answer[B-")
     assert "perfgate: A/B PASSED: four-slots (B) against four-slots (A), tolerance 50%" in out
     assert "A sweep C=4 warm-up 1" in out and "B sweep C=4 run 8" in out  # ABBA, 8 pairs
     run = json.loads(runs_in(tmp_path / "same")[-1].read_text())

@@ -140,3 +140,50 @@ def test_b_profiles_ab_section_sets_the_rule_and_flags_override_it(tmp_path):
     assert flagged.tolerance == 0.05 and flagged.policy.rule.max_pairs == 18
     with pytest.raises(ProfileError, match="max_pairs 6 is below min_pairs 8"):
         ABRun(a, b, ABOptions(max_pairs=6))
+
+
+def test_a_reference_that_answers_wrongly_leaves_b_unjudged(tmp_path):
+    """What the plugin does when an ``[A]`` correctness check fails (it reports the
+    failure on A's session, pytest_runtest_makereport): the levels are not measured, and
+    the run ends with the usage exit code, naming the check, not as B's regression."""
+    run = ab(tmp_path, Recording(), Recording(), [])
+    assert run.refusal() is None
+    check = "suites/correctness/test_smoke.py::test_known_answer[A-capital]"
+    run.a.correctness_failed(check, usability=True, ran=True)
+    how, why = run.refusal()
+    assert how == "fail" and "A (the reference) is unusable" in why and check in why
+    outcome = run.conclude(status=1)
+    assert outcome.exit_code == 4, outcome.lines
+    assert "A (the reference) failed its correctness checks" in outcome.lines[0]
+    assert check in outcome.lines[0] and "B was not judged" in outcome.lines[0]
+
+
+def test_perfgate_ab_is_the_pytest_run_with_its_flags(tmp_path, monkeypatch):
+    """``perfgate ab`` runs what ``perfgate run B --perf-ab A`` runs: every flag reaches
+    pytest as its --perf-ab-* option; a profile found in --profiles-dir goes as its path."""
+    import perfgate.cli.ab
+    from perfgate.cli.main import main
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "old.toml").write_text("")
+    executed: list[list[str]] = []
+
+    def execv(_: str, argv: list[str]) -> None:  # pytest would take over the process here
+        executed.append(argv)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(perfgate.cli.ab.os, "execv", execv)
+    with pytest.raises(SystemExit):
+        main(
+        ["ab", "old", "new.toml", "--profiles-dir", str(tmp_path / "mine"),
+         "--tolerance", "0.2", "--min-pairs", "12", "--b-base-url", "http://127.0.0.1:9",
+         "--allow-model-change", "--", "-k", "sweep"]
+        )  # fmt: skip
+    [command] = executed
+    assert command[1:6] == ["-m", "pytest", "--pyargs", "perfgate.suites", "-m"]
+    assert "--perf-profile=new.toml" in command
+    assert f"--perf-ab={tmp_path / 'mine' / 'old.toml'}" in command
+    asked = ["--perf-ab-tolerance=0.2", "--perf-ab-min-pairs=12"]
+    asked += ["--perf-base-url=http://127.0.0.1:9", "--perf-ab-allow-model-change"]
+    assert set(asked) <= set(command), command
+    assert command[-2:] == ["-k", "sweep"] and "--" not in command

@@ -1,25 +1,38 @@
-"""``perfgate ab A B``: gate B, the candidate, against A, the reference, side by side."""
+"""``perfgate ab A B``: gate B, the candidate, against A, the reference, side by side.
+
+The same run as ``perfgate run B --perf-ab A`` (pytest takes over this process): both
+sides answer the correctness suite, then the levels run A B B A under the paired verdict."""
 
 from __future__ import annotations
 
 import argparse
-import signal
+import os
 import sys
 from pathlib import Path
-from types import FrameType
 
-from perfgate.errors import PerfgateError
-from perfgate.profile import load_profile
-from perfgate.run.ab import USAGE, ABOptions, ABRun, ReferenceUnavailable
-from perfgate.run.session import PerfgateSession
+from perfgate.cli.project import run_command
+
+# this command's flags, and the pytest options they become
+AS_PYTEST = {
+    "a_base_url": "--perf-ab-base-url",
+    "b_base_url": "--perf-base-url",
+    "tolerance": "--perf-ab-tolerance",
+    "min_pairs": "--perf-ab-min-pairs",
+    "max_pairs": "--perf-ab-max-pairs",
+    "output": "--perf-output",
+}
+SWITCHES = {"allow_model_change": "--perf-ab-allow-model-change", "no_plots": "--perf-no-plots"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """The ``ab`` subcommand's arguments."""
     ab = sub.add_parser(
         "ab",
-        help="gate B against A side by side on this host: both servers up, runs interleaved "
-        "A B B A, a paired verdict (no baseline file)",
+        help="gate B against A side by side on this host: both answer the correctness "
+        "suite, runs interleaved A B B A, a paired verdict (no baseline file)",
+        description="The same as: perfgate run B --perf-ab A [PYTEST_ARGS]. Exit codes as "
+        "pytest -m perf's (0 passed, 1 regressed, 10 too noisy, 12 a correctness check "
+        "failed), 4 when A (the reference) cannot run or answers wrongly.",
     )
     ab.add_argument("a", metavar="A", help="the reference: a profile name or path")
     ab.add_argument("b", metavar="B", help="the candidate: a profile name or path")
@@ -39,52 +52,34 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="compare profiles that differ in model or workload",
     )
     ab.add_argument("--no-plots", action="store_true", help="write no PNG plots")
-    ab.add_argument("--profiles-dir", default="profiles")
-    ab.add_argument("--output", default=".perfgate", help="where the run JSON goes")
-    ab.set_defaults(func=cmd_ab)
+    ab.add_argument(
+        "--profiles-dir", default="profiles", help="where A and B are looked up by name"
+    )
+    ab.add_argument("--output", help="where the run JSON goes (default .perfgate)")
+    ab.set_defaults(func=cmd_ab, pytest_args=[])
+    ab.epilog = "after --: more pytest arguments, e.g. perfgate ab old new -- -k sweep"
 
 
-def _interrupt(signum: int, _: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+def profile_argument(name: str, profiles_dir: Path) -> str:
+    """A profile named on the command line, as pytest's --perf-profile takes it: a name
+    found in ``profiles_dir`` becomes its path (pytest looks in the rootdir's profiles/)."""
+    found = profiles_dir / f"{name}.toml"
+    return str(found.resolve()) if not name.endswith(".toml") and found.is_file() else name
+
+
+def ab_command(args: argparse.Namespace, here: Path) -> list[str]:
+    """The pytest command line that ``perfgate ab`` executes."""
+    profiles = Path(args.profiles_dir)
+    rest = [profile_argument(args.b, profiles), f"--perf-ab={profile_argument(args.a, profiles)}"]
+    for field, option in AS_PYTEST.items():
+        if (value := getattr(args, field)) is not None:
+            rest.append(f"{option}={value}")
+    rest += [option for field, option in SWITCHES.items() if getattr(args, field)]
+    return run_command(rest + list(args.pytest_args), here)
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
-    """Both sides started (or attached), measured ABBA, judged pair by pair; the exit code
-    of ``pytest -m perf`` (0 passed, 1 regressed, 10 too noisy), 4 when A cannot run."""
-    root, profiles = Path.cwd(), Path(args.profiles_dir)
-    output = Path(args.output)
-    sessions = [
-        PerfgateSession(
-            load_profile(name, profiles),
-            root=root,
-            baselines_dir=root / "baselines",
-            output_dir=output,
-            base_url=url,
-            options=None,
-        )
-        for name, url in ((args.a, args.a_base_url), (args.b, args.b_base_url))
-    ]
-    options = ABOptions(
-        tolerance=args.tolerance,
-        allow_model_change=args.allow_model_change,
-        min_pairs=args.min_pairs,
-        max_pairs=args.max_pairs,
-    )
-    a, b = sessions
-    run = ABRun(a, b, options)
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _interrupt)  # so both servers get stopped
-    try:
-        run.measure()
-    except ReferenceUnavailable as exc:
-        for session in sessions:
-            session.stop_backend()
-        print(f"perfgate: {exc}", file=sys.stderr)
-        return USAGE
-    except (KeyboardInterrupt, PerfgateError):
-        for session in sessions:
-            session.stop_backend()
-        raise
-    outcome = run.conclude(plots=not args.no_plots)
-    print("\n".join(outcome.lines))
-    return outcome.exit_code
+    """pytest takes over this process (its exit code, its signals)."""
+    command = ab_command(args, Path.cwd())
+    sys.stdout.flush()
+    os.execv(command[0], command)

@@ -203,7 +203,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["run"]:
         return cmd_run(argv[1:])
+    passed_on: list[str] = []  # `perfgate ab A B ... -- PYTEST_ARGS`: pytest's own
+    if argv[:1] == ["ab"] and "--" in argv:
+        argv, passed_on = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
     args = build_parser().parse_args(argv)
+    if argv[:1] == ["ab"]:
+        args.pytest_args = passed_on
     try:
         return int(args.func(args))
     except (PerfgateError, OSError, ValueError) as exc:

@@ -27,6 +27,7 @@ from perfgate.plugin.state import (
     FIXTURE_MODULES,
     NOT_CONFIGURED,
     SESSION_KEY,
+    SIDES,
     SUMMARY_KEY,
 )
 from perfgate.plugin.terminal import github_run_url
@@ -122,7 +123,12 @@ def side_by_side(
     """``--perf-ab A``: the side-by-side run of A (the reference) and this session (B)."""
     name = config.getoption("perfgate_ab")
     if name is None:
-        for option in ("perfgate_ab_base_url", "perfgate_ab_tolerance", "perfgate_ab_max_pairs"):
+        for option in (
+            "perfgate_ab_base_url",
+            "perfgate_ab_tolerance",
+            "perfgate_ab_min_pairs",
+            "perfgate_ab_max_pairs",
+        ):
             if config.getoption(option) is not None:
                 flag = "--perf-" + option.removeprefix("perfgate_").replace("_", "-")
                 raise pytest.UsageError(f"perfgate: {flag} needs --perf-ab A")
@@ -143,9 +149,27 @@ def side_by_side(
     options = ABOptions(  # None: B's profile's [ab]
         tolerance=config.getoption("perfgate_ab_tolerance"),
         allow_model_change=config.getoption("perfgate_ab_allow_model_change"),
+        min_pairs=config.getoption("perfgate_ab_min_pairs"),
         max_pairs=config.getoption("perfgate_ab_max_pairs"),
     )
     return ABRun(a, b, options, progress=b.progress)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """With --perf-ab, each correctness check runs on both sides: ``[A]`` on the
+    reference, ``[B]`` on the candidate (the perf tests measure both in one loop)."""
+    if metafunc.config.stash.get(AB_KEY, None) is None:
+        return
+    if metafunc.definition.get_closest_marker("correctness") and (
+        "perfgate_session" in metafunc.fixturenames
+    ):
+        metafunc.parametrize("perfgate_session", SIDES, indirect=True, scope="session")
+
+
+def side_of(item: pytest.Item) -> str:
+    """Which side a test ran on: "A" for an A/B run's reference, else "B"."""
+    callspec = getattr(item, "callspec", None)
+    return "A" if callspec is not None and callspec.params.get("perfgate_session") == "A" else "B"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -179,6 +203,8 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     session = item.config.stash.get(SESSION_KEY, None)
+    if side_of(item) == "A" and (ab := item.config.stash.get(AB_KEY, None)) is not None:
+        session = ab.a  # the reference's own check failed
     if session is not None and report.failed and item.get_closest_marker("correctness"):
         session.correctness_failed(
             item.nodeid,
@@ -196,9 +222,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     summaries = [Path(p) for p in (setting(session.config, "perfgate_summary"),) if p]
     if github := os.environ.get("GITHUB_STEP_SUMMARY"):
         summaries.append(Path(github))
-    summaries = [Path(p) for p in (setting(session.config, "perfgate_summary"),) if p]
-    if github := os.environ.get("GITHUB_STEP_SUMMARY"):
-        summaries.append(Path(github))
     summary_paths = list(dict.fromkeys(p.resolve() for p in summaries))  # each file once
     if (ab := session.config.stash.get(AB_KEY, None)) is not None:
         outcome = ab.conclude(
@@ -213,7 +236,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     outcome = perf.conclude(
         int(exitstatus),
-        summary_paths=list(dict.fromkeys(p.resolve() for p in summaries)),  # each file once
+        summary_paths=summary_paths,
         plots=not setting(session.config, "perfgate_no_plots"),
         reports=session.config.getoption("perfgate_report"),
         artifact_url=github_run_url(),

@@ -62,6 +62,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "tolerance, 0.1: 10%%)",
     )
     group.addoption(
+        "--perf-ab-min-pairs",
+        dest="perfgate_ab_min_pairs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --perf-ab: the fewest pairs of runs a level before a pass (default: "
+        "[ab] min_pairs, 8)",
+    )
+    group.addoption(
         "--perf-ab-max-pairs",
         dest="perfgate_ab_max_pairs",
         type=int,

@@ -29,6 +29,7 @@ SESSION_KEY = pytest.StashKey["PerfgateSession | None"]()
 
 
 AB_KEY = pytest.StashKey["ABRun | None"]()  # --perf-ab: the side-by-side run (B's session)
+SIDES = ("A", "B")  # an A/B run's correctness checks run once a side, with these ids
 
 
 SUMMARY_KEY = pytest.StashKey[list[str]]()

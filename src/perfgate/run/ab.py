@@ -111,15 +111,28 @@ class ABRun:
         self.answers_compared = False  # once a run, before its first measurement
         self.reference_failed = ""  # why A could not start: the run ends with USAGE
 
-    def start(self) -> tuple[Backend, Backend]:
-        """Start (or attach) A, then B. A that cannot start is a usage problem
-        (:class:`ReferenceUnavailable`); B that cannot start is B's failure."""
+    def start_reference(self) -> Backend:
+        """Start (or attach) A. A that cannot start is a usage problem
+        (:class:`ReferenceUnavailable`): nothing about B can be judged."""
         try:
-            backend_a = self.a.start_backend()
+            return self.a.start_backend()
         except BackendError as exc:
             self.reference_failed = f"A (the reference) could not start: {exc}"
             raise ReferenceUnavailable(self.reference_failed) from exc
-        return backend_a, self.b.start_backend()
+
+    def start(self) -> tuple[Backend, Backend]:
+        """Start (or attach) A, then B; B that cannot start is B's failure."""
+        return self.start_reference(), self.b.start_backend()
+
+    def refusal(self) -> tuple[str, str] | None:
+        """Why the levels are not measured, as :meth:`PerfgateSession.refusal`: A (the
+        reference) failed a usability check, or B did."""
+        if self.a.unusable:
+            return "fail", (
+                "not measured: A (the reference) is unusable (errors, empty or degenerate "
+                "output): " + ", ".join(self.a.unusable)
+            )
+        return self.b.refusal(needs_baseline=False)
 
     def greedy(self, session: PerfgateSession, prompts: list[str], max_tokens: int) -> Greedy:
         """One side's greedy answers to ``prompts`` (with their token log-probs)."""
@@ -277,6 +290,10 @@ class ABRun:
         with :data:`USAGE`: nothing about B was judged. ``summary_paths``, ``reports``,
         ``artifact_url``, ``plots``: the Markdown summary, report formats and plots (B/A
         per level among them), as a gated run's."""
+        if not self.reference_failed and self.a.answered_wrongly:
+            self.reference_failed = "A (the reference) failed its correctness checks: " + ", ".join(
+                self.a.correctness_failures
+            )
         if self.reference_failed:
             for session in (self.b, self.a):
                 session.stop_backend()
