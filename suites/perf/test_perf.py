@@ -8,9 +8,10 @@ pytestmark = pytest.mark.perf
 def test_single_request(measure, perf_gate, perfgate_session, request):
     """Sequential requests at C=1: per-request tok/s and TTFT against the baseline. With
     pytest-benchmark installed (perfgate[benchmark]), one request per benchmark round, so
-    --benchmark-autosave / --benchmark-compare work too."""
+    --benchmark-autosave / --benchmark-compare work too (not side by side: A and B each
+    time their own rounds)."""
     workload = perfgate_session.profile.workload
-    if not request.config.pluginmanager.hasplugin("benchmark"):
+    if measure.side_by_side or not request.config.pluginmanager.hasplugin("benchmark"):
         measure.single("single", workload.single_requests)
         perf_gate("single")
         return

@@ -1,8 +1,9 @@
 """`perfgate ab A B` (and `perfgate run B --perf-ab A`, pytest) on the real llama.cpp
 server, as a user runs it from their directory:
 perfgate starts both servers, runs them A B B A, and judges B pair by pair (no baseline
-file). The effects are large: the same profile on both sides passes at a 50% tolerance,
-and B with one slot instead of four, at four requests in flight, waits about 3x longer
+file). The effects are large: the same profile on both sides passes at a 50% tolerance
+(as two servers that do not both fit: whole lifetimes alternate), and B with one slot
+instead of four, at four requests in flight, waits about 3x longer
 for its first token and fails. The rates of the paired verdict are the gate study's
 (tests/unit/test_paired.py)."""
 
@@ -20,6 +21,7 @@ SMALL = {  # one level of four requests, short answers: each run takes a second 
     "output_len = 64": "output_len = 16",
     "levels = [1, 2, 4]": "levels = [4]",
     "rounds = 3": "rounds = 1",
+    "single_requests = 5": "single_requests = 2",
 }
 
 
@@ -48,10 +50,11 @@ def test_ab_passes_the_same_server_and_fails_one_slot(tmp_path):
     }
     profile_toml(one_slot, profiles, "one-slot")
 
+    # the same server on both sides, as two that do not both fit: lifetimes alternate
     same = perfgate(
-        "ab", "four-slots", "four-slots", "--tolerance=0.5", "--output=same",
-        "--", "-k", "sweep or known_answer", "-v", "-p", "no:cacheprovider",
-        cwd=tmp_path,
+        "ab", "four-slots", "four-slots", "--alternate", "--tolerance=0.5", "--min-pairs=7",
+        "--output=same", "--", "-k", "single or sweep or known_answer", "-v",
+        "-p", "no:cacheprovider", cwd=tmp_path,
     )  # fmt: skip
     out = same.stdout + same.stderr
     assert same.returncode == 0, out[-6000:]
@@ -59,12 +62,17 @@ def test_ab_passes_the_same_server_and_fails_one_slot(tmp_path):
         assert f"test_known_answer[{side}-" in out, out[-6000:]
     assert out.index("test_known_answer[A-") < out.index("test_known_answer[B-")
     assert "perfgate: A/B PASSED: four-slots (B) against four-slots (A), tolerance 50%" in out
-    assert "A sweep C=4 warm-up 1" in out and "B sweep C=4 run 8" in out  # ABBA, 8 pairs
+    assert "whole server lifetimes alternate, A, B, A, ..." in out and "at least 8 starts" in out
+    starts = [line for line in out.splitlines() if " ready at " in line]
+    assert len(starts) >= 2 * 8, starts  # 8 lifetimes a measurement, the checks' own starts
+    assert "A sweep C=4 warm-up 1" in out and "B sweep C=4 run 7" in out
     run = json.loads(runs_in(tmp_path / "same")[-1].read_text())
-    pairs = len(run["measurements"]["sweep"]["levels"])  # warm-ups not kept
     assert run["status"] == "passed"
-    assert pairs == len(run["reference"]["measurements"]["sweep"]["levels"])
-    assert pairs in PairedRule().looks, pairs  # decided at a look (8 on a quiet host)
+    for name in ("single", "sweep"):  # single requests side by side too; warm-ups not kept
+        b, a = (len(r["measurements"][name]["levels"]) for r in (run, run["reference"]))
+        assert abs(a - b) <= 1, (name, a, b)  # alternating, one side may end a run ahead
+        assert min(a, b) in PairedRule(min_pairs=7).looks, (name, a, b)  # decided at a look
+    assert "test_single_request PASSED" in out
 
     # the same from pytest, as `perfgate run` runs it from a user's directory (the sweep)
     slower = perfgate(

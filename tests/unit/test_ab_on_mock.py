@@ -5,6 +5,7 @@ study's (tests/unit/test_paired.py)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import httpx
@@ -187,3 +188,70 @@ def test_perfgate_ab_is_the_pytest_run_with_its_flags(tmp_path, monkeypatch):
     asked += ["--perf-base-url=http://127.0.0.1:9", "--perf-ab-allow-model-change"]
     assert set(asked) <= set(command), command
     assert command[-2:] == ["-k", "sweep"] and "--" not in command
+
+
+def _pull(plan) -> list:
+    """Every step the plan gives, each 'measured' at once (a stand-in for its LevelData)."""
+    steps, done = [], []
+    while (step := plan.next(done)) is not None:
+        steps.append(step)
+        done.append(object())
+    return steps
+
+
+def test_alternating_lifetimes_keep_a_b_b_a_order_and_add_a_pair_a_lifetime():
+    """[ab] colocate = false: the plan's sides change once a lifetime (a restart each);
+    each lifetime warms each undecided level up once; each level's kept runs still go
+    A B B A A B B A, pair k on the same repeat (the same prompts) on both sides."""
+    from perfgate.run.plans import ABLifetimesPlan
+
+    seen: list[tuple[int | float, int, int]] = []
+
+    def decide(level, a, b):
+        seen.append((level, len(a), len(b)))
+        pairs = min(len(a), len(b))
+        return "next" if pairs >= (3 if level == 1 else 5) else "repeat"
+
+    plan = ABLifetimesPlan([1, 2], lambda level: 4, decide)
+    steps = _pull(plan)
+    changes = sum(x.side != y.side for x, y in itertools.pairwise(steps))
+    assert plan.lifetimes == changes + 1 == 6  # level 2 decides at 5 pairs: 6 lifetimes
+    for level, pairs in ((1, 3), (2, 5)):
+        kept = [s for s in steps if s.level == level and not s.discard]
+        assert "".join(s.side for s in kept).startswith("ABBAABBA"[: len(kept)])
+        assert [s.repeat for s in kept if s.side == "A"][:pairs] == list(range(1, pairs + 1))
+        assert [s.repeat for s in kept if s.side == "B"][:pairs] == list(range(1, pairs + 1))
+    lifetimes = [[steps[0]]]
+    for x, y in itertools.pairwise(steps):
+        (lifetimes[-1].append(y) if x.side == y.side else lifetimes.append([y]))
+    for life in lifetimes:  # each level it runs: a warm-up first, then 1 or 2 kept runs
+        levels = sorted({s.level for s in life})
+        assert [s.level for s in life if s.discard] == levels
+    assert [s.level for s in lifetimes[4] if not s.discard] == [2, 2]  # level 1 retired
+    assert seen[0] == (1, 1, 2)  # the first decision: after A's and B's first lifetimes
+
+
+def test_alternating_lifetimes_end_when_b_is_far_worse():
+    from perfgate.run.plans import ABLifetimesPlan
+
+    plan = ABLifetimesPlan([1, 2], lambda level: 4, lambda level, a, b: "stop")
+    _pull(plan)
+    assert plan.lifetimes == 2  # the first decision stopped it
+
+
+def test_single_requests_side_by_side_pair_the_same_prompts_and_catch_4x(tmp_path):
+    said: list[str] = []
+    a_server, b_server = Recording(), Recording()
+    run = ab(tmp_path, a_server, b_server, said, tolerance=0.5)
+    a, b = run.measure_single("single", 3)
+    assert len(a.levels) == len(b.levels) == 8  # min_pairs, warm-ups left out
+    assert a_server.prompts == b_server.prompts  # the same prompts, in the same order
+    outcome = run.conclude(plots=False)
+    assert outcome.exit_code == 0, outcome.lines
+    assert any(c.key.startswith("single.c1.") for c in run.checks), run.checks
+
+    slower = ab(tmp_path / "slower", Recording(), Recording(slow=4.0), said)
+    a, b = slower.measure_single("single", 3)
+    assert len(b.levels) == 2  # one block: B far worse stops it
+    assert slower.conclude(plots=False).exit_code == 1
+    assert any(c.key == "single.c1.per_request_tok_s" and c.failed for c in slower.checks)

@@ -347,3 +347,30 @@ def test_host_id_names_one_boot_of_one_machine_without_naming_it():
         host_id("") == ""
         and describe_probe(read("probe-amd-epyc-2cpu-no-gpu.txt"), "l")["host_id"] == ""
     )  # a probe without the section (an older capture) names no host
+
+
+# /proc/meminfo's head, captured on this 24 GiB CI host (2026-12-05)
+MEMINFO = """MemTotal:       24683792 kB
+MemFree:        23372392 kB
+MemAvailable:   23953092 kB
+Buffers:          103604 kB
+"""
+
+
+def test_free_memory_reads_meminfo_and_nvidia_smi_and_names_what_is_nearly_full():
+    from perfgate.launch.hardware import nearly_full, parse_gpu_memory, parse_meminfo
+
+    host = parse_meminfo(MEMINFO)
+    assert host is not None and round(host.free_mib) == 23392 and round(host.total_mib) == 24105
+    assert host.describe() == "host memory: 22.8 of 23.5 GiB free"
+    assert parse_meminfo("MemTotal: 1 kB\n") is None  # a kernel without MemAvailable: unknown
+    # written from nvidia-smi's documented CSV (noheader, nounits: MiB), not a capture
+    gpus = parse_gpu_memory(
+        "0, NVIDIA H100 80GB HBM3, 2010, 81559\n1, NVIDIA H100 80GB HBM3, 70000, 81559\n"
+        "No devices were found\n"
+    )
+    assert [g.device for g in gpus] == [
+        "GPU 0 (NVIDIA H100 80GB HBM3)",
+        "GPU 1 (NVIDIA H100 80GB HBM3)",
+    ]
+    assert nearly_full([host, *gpus]) == [gpus[0]]  # 2.5% free: under the 5% floor

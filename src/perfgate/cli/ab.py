@@ -21,7 +21,11 @@ AS_PYTEST = {
     "max_pairs": "--perf-ab-max-pairs",
     "output": "--perf-output",
 }
-SWITCHES = {"allow_model_change": "--perf-ab-allow-model-change", "no_plots": "--perf-no-plots"}
+SWITCHES = {
+    "allow_model_change": "--perf-ab-allow-model-change",
+    "alternate": "--perf-ab-alternate",
+    "no_plots": "--perf-no-plots",
+}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -50,6 +54,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--allow-model-change",
         action="store_true",
         help="compare profiles that differ in model or workload",
+    )
+    ab.add_argument(
+        "--alternate",
+        action="store_true",
+        help="A and B do not both fit: alternate whole server lifetimes, A, B, A, ... "
+        "(default: B's profile's [ab] colocate)",
     )
     ab.add_argument("--no-plots", action="store_true", help="write no PNG plots")
     ab.add_argument(

@@ -95,7 +95,11 @@ class ABPolicy:
     def decisions(
         self, name: str, a: Sequence[LevelData], b: Sequence[LevelData]
     ) -> dict[str, Judged]:
-        """Each figure of a level: its values on both sides, its pairs, their decision."""
+        """Each figure of a level: its values on both sides, its pairs, their decision.
+        Runs pair up in order; a last run without its other side's is left out (server
+        lifetimes that alternate end one side ahead)."""
+        paired = min(len(a), len(b))
+        a, b = a[:paired], b[:paired]
         out = {}
         for key, (va, vb) in figure_pairs(name, a, b, self.chosen).items():
             pairs = pairs_of(key, va, vb, self.rule.tolerance)

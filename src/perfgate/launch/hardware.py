@@ -318,3 +318,68 @@ def is_this_machine(host: str) -> bool:
         return False
     addresses = {str(info[4][0]) for info in infos}
     return bool(addresses) and all(_is_local_address(a) for a in addresses)
+
+
+@dataclass(frozen=True)
+class FreeMemory:
+    """How much of one memory is free: the host's RAM, or one GPU's."""
+
+    device: str  # "host memory", "GPU 0 (NVIDIA H100 80GB HBM3)"
+    free_mib: float
+    total_mib: float
+
+    def describe(self) -> str:
+        return f"{self.device}: {self.free_mib / 1024:.1f} of {self.total_mib / 1024:.1f} GiB free"
+
+
+def parse_meminfo(text: str) -> FreeMemory | None:
+    """The host's free memory from ``/proc/meminfo`` (MemAvailable: what new processes can
+    have without swapping)."""
+    fields = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if value.strip().endswith("kB"):
+            fields[name.strip()] = float(value.split()[0]) / 1024
+    if "MemAvailable" not in fields or "MemTotal" not in fields:
+        return None
+    return FreeMemory("host memory", fields["MemAvailable"], fields["MemTotal"])
+
+
+def parse_gpu_memory(text: str) -> list[FreeMemory]:
+    """GPUs' free memory from ``nvidia-smi --query-gpu=index,name,memory.free,memory.total
+    --format=csv,noheader,nounits`` (MiB); other lines are ignored."""
+    out = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 4 and parts[0].isdigit():
+            try:
+                free, total = float(parts[2]), float(parts[3])
+            except ValueError:
+                continue
+            out.append(FreeMemory(f"GPU {parts[0]} ({parts[1]})", free, total))
+    return out
+
+
+def free_memory_here() -> list[FreeMemory]:
+    """This host's free memory and each GPU's (where nvidia-smi answers)."""
+    out = []
+    with contextlib.suppress(OSError), open("/proc/meminfo", encoding="utf-8") as f:
+        if (host := parse_meminfo(f.read())) is not None:
+            out.append(host)
+    query = "--query-gpu=index,name,memory.free,memory.total"
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        done = subprocess.run(
+            ["nvidia-smi", query, "--format=csv,noheader,nounits"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+        )
+        out += parse_gpu_memory(done.stdout)
+    return out
+
+
+def nearly_full(memories: list[FreeMemory], floor: float = 0.05) -> list[FreeMemory]:
+    """The memories with less than ``floor`` of their total free."""
+    return [m for m in memories if m.total_mib > 0 and m.free_mib < floor * m.total_mib]

@@ -128,6 +128,7 @@ def side_by_side(
             "perfgate_ab_tolerance",
             "perfgate_ab_min_pairs",
             "perfgate_ab_max_pairs",
+            "perfgate_ab_alternate",
         ):
             if config.getoption(option) is not None:
                 flag = "--perf-" + option.removeprefix("perfgate_").replace("_", "-")
@@ -151,6 +152,7 @@ def side_by_side(
         allow_model_change=config.getoption("perfgate_ab_allow_model_change"),
         min_pairs=config.getoption("perfgate_ab_min_pairs"),
         max_pairs=config.getoption("perfgate_ab_max_pairs"),
+        colocate=False if config.getoption("perfgate_ab_alternate") else None,
     )
     return ABRun(a, b, options, progress=b.progress)
 

@@ -79,6 +79,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="with --perf-ab: the most pairs of runs a level (default: [ab] max_pairs, 200)",
     )
     group.addoption(
+        "--perf-ab-alternate",
+        dest="perfgate_ab_alternate",
+        action="store_true",
+        default=None,
+        help="with --perf-ab: A and B do not both fit; alternate whole server lifetimes "
+        "(default: the profile's [ab] colocate)",
+    )
+    group.addoption(
         "--perf-ab-allow-model-change",
         dest="perfgate_ab_allow_model_change",
         action="store_true",

@@ -120,3 +120,10 @@ class AbSpec(Strict):
         description="The most pairs of a level; a figure still undecided is TOO NOISY "
         "(--max-pairs, --perf-ab-max-pairs).",
     )
+    colocate: bool = Field(
+        True,
+        description="Both servers up together, loaded one at a time (checked: the host's "
+        "and each GPU's free memory with both up). false: A and B do not both fit, so "
+        "whole server lifetimes alternate, A, B, A, ..., one more pair of runs a level "
+        "each; it costs a server start a pair (--alternate, --perf-ab-alternate).",
+    )

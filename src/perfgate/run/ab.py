@@ -9,7 +9,9 @@ both sides (A's record as its ``reference``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +28,12 @@ from perfgate.gate.policy import exit_code
 from perfgate.gate.values import level_name
 from perfgate.gate.verdict import Check
 from perfgate.launch import Backend
+from perfgate.launch.hardware import free_memory_here, nearly_full
 from perfgate.measure.data import LevelData, Measurement
 from perfgate.profile import Profile
 from perfgate.render.ab import ab_table
-from perfgate.run.plans import ABPlan, Decision
+from perfgate.run.measuring import Lane
+from perfgate.run.plans import ABLifetimesPlan, ABPlan, Decision
 from perfgate.run.session import Gated, Outcome, PerfgateSession
 
 USAGE = 4  # pytest's usage-error exit code: the reference could not run, B was not judged
@@ -69,11 +73,13 @@ class ABOptions:
     allow_model_change: bool = False
     min_pairs: int | None = None
     max_pairs: int | None = None
+    colocate: bool | None = None  # False: alternate server lifetimes (None: [ab] colocate)
 
 
 class ABRun:
-    """One side-by-side run of two sessions. Both servers are up together (colocated);
-    each level runs a warm-up a side, then ABBA blocks until the paired verdict decides."""
+    """One side-by-side run of two sessions. Colocated (the default), both servers are up
+    together and each level runs a warm-up a side, then ABBA blocks until the paired
+    verdict decides; else whole server lifetimes alternate (:class:`ABLifetimesPlan`)."""
 
     def __init__(
         self,
@@ -102,6 +108,13 @@ class ABRun:
             )
         except ValueError as exc:  # the rule's own check: tolerance, min and max pairs
             raise ProfileError(f"A/B: {exc}") from exc
+        self.colocate = spec.colocate if options.colocate is None else options.colocate
+        if not self.colocate and (attached := [s for s in (a, b) if s.settings.base_url]):
+            raise ProfileError(
+                "A/B with server lifetimes alternating ([ab] colocate = false) starts and "
+                f"stops both servers; {attached[0].profile.name} is attached to a running "
+                "one (a base URL): start both with perfgate, or colocate them"
+            )
         # the same prompts on both sides: one nonce (attached servers may cache prompts)
         a.prompt_source.nonce = b.prompt_source.nonce
         a.measurer.save = b.save_run  # one run JSON: B's, A's record inside it
@@ -121,8 +134,43 @@ class ABRun:
             raise ReferenceUnavailable(self.reference_failed) from exc
 
     def start(self) -> tuple[Backend, Backend]:
-        """Start (or attach) A, then B; B that cannot start is B's failure."""
-        return self.start_reference(), self.b.start_backend()
+        """Start (or attach) A, then B, both up together, and check that they fit: B that
+        cannot start is B's failure."""
+        backend_a = self.start_reference()
+        try:
+            backend_b = self.b.start_backend()
+        except BackendError as exc:
+            raise BackendError(
+                f"{exc} (B was started beside A, which is up: if the two do not both fit, "
+                "set [ab] colocate = false to alternate their lifetimes)"
+            ) from exc
+        self.check_fit()
+        return backend_a, backend_b
+
+    def check_fit(self) -> None:
+        """With both servers up on this host: its memory and each GPU's still have 5%
+        free, or the run stops here (exit 4), saying how to alternate instead."""
+        local = ("process", "docker")
+        if any(s.settings.base_url or s.profile.launcher not in local for s in (self.a, self.b)):
+            return  # a server elsewhere: this host's memory says nothing about it
+        memories = free_memory_here()
+        self.progress("perfgate: A and B both up; " + "; ".join(m.describe() for m in memories))
+        if full := nearly_full(memories):
+            self.reference_failed = (
+                "A and B do not both fit on this host ("
+                + "; ".join(m.describe() for m in full)
+                + " with both up): set [ab] colocate = false in B's profile (or --alternate) "
+                "to alternate their lifetimes"
+            )
+            raise ReferenceUnavailable(self.reference_failed)
+
+    def bring_up(self, side: str) -> Backend:
+        """One side's server, started (or attached); when the lifetimes alternate, the
+        other side's is stopped first."""
+        session, other = (self.a, self.b) if side == "A" else (self.b, self.a)
+        if not self.colocate:
+            other.stop_backend(for_now=True)
+        return self.start_reference() if session is self.a else session.start_backend()
 
     def refusal(self) -> tuple[str, str] | None:
         """Why the levels are not measured, as :meth:`PerfgateSession.refusal`: A (the
@@ -155,7 +203,9 @@ class ABRun:
         data = json.loads(GOLDEN_PROMPTS.read_text(encoding="utf-8"))
         prompts, max_tokens = list(data["prompts"]), int(data["max_tokens"])
         try:
+            self.bring_up("A")
             theirs = self.greedy(self.a, prompts, max_tokens)
+            self.bring_up("B")
             ours = self.greedy(self.b, prompts, max_tokens)
         except httpx.HTTPError as exc:
             return f"greedy answers could not be compared: {exc}"
@@ -179,10 +229,13 @@ class ABRun:
         name: str = "sweep",
         requests_at: Callable[[int | float], int] | None = None,
         levels: Sequence[int | float] | None = None,
+        *,
+        sequential: bool = False,
     ) -> tuple[Measurement, Measurement]:
         """B's answers against A's, then the planned levels on both sides, ABBA, each
-        block judged as it ends."""
-        backend_a, backend_b = self.start()
+        block judged as it ends (whole server lifetimes alternating, unless colocated)."""
+        if self.colocate:
+            self.start()
         if not self.answers_compared and (why := self.compare_answers()):
             self.answers_changed = why
             self.b.correctness_failed("ab: greedy answers against A", usability=False, ran=True)
@@ -199,8 +252,9 @@ class ABRun:
         def decide(
             level: int | float, runs_a: list[LevelData], runs_b: list[LevelData]
         ) -> Decision:
-            for side, backend in (("A", backend_a), ("B", backend_b)):
-                if not backend.alive():
+            for side, session in (("A", self.a), ("B", self.b)):
+                backend = session.backend  # None: its lifetime is over (not colocated)
+                if backend is not None and not backend.alive():
                     mb.aborted = f"{side}'s server is no longer running"
                     self.progress(f"perfgate: {mb.aborted}; stopping")
                     return "stop"
@@ -212,26 +266,51 @@ class ABRun:
                 self.progress(f"perfgate: {name} {level_name(level)}: {why}; another block")
             return step
 
-        plan = ABPlan(levels, at, decide)
         self.progress(
             f"perfgate: A/B {name}: {self.a.profile.name} (A) against {self.b.profile.name} (B), "
-            f"levels {levels}, A B B A blocks, {min_pairs}..{self.policy.rule.max_pairs} "
-            "pairs a level"
+            f"levels {levels}, A B B A, {min_pairs}..{self.policy.rule.max_pairs} pairs a level"
         )
-        with (
-            asyncio.Runner() as aio,
-            self.a.measurer.lane(name, aio, label=f"A {name}") as lane_a,
-            self.b.measurer.lane(name, aio, label=f"B {name}") as lane_b,
-        ):
-            lanes = {"A": lane_a, "B": lane_b}
+        plan: ABPlan | ABLifetimesPlan
+        kind = ABPlan if self.colocate else ABLifetimesPlan
+        plan = kind(levels, at, decide, sequential=sequential)
+        sides = {"A": self.a, "B": self.b}
+        with asyncio.Runner() as aio, contextlib.ExitStack() as lanes:
+            lane: dict[str, Lane] = {}
             done: list[LevelData] = []
             while (step := plan.next(done)) is not None:
-                done.append(lanes[step.side].run(step))
+                if step.side not in lane:  # colocated: once a side; else each lifetime
+                    if not self.colocate:
+                        lanes.close()  # the other side's lane: its server stops next
+                        lane.clear()
+                        self.lifetime_begins(step.side, plan)
+                    lane[step.side] = lanes.enter_context(
+                        sides[step.side].measurer.lane(name, aio, label=f"{step.side} {name}")
+                    )
+                done.append(lane[step.side].run(step))
                 if not step.discard:
                     (ma if step.side == "A" else mb).levels.append(done[-1])
         ma.not_run = mb.not_run = plan.not_run
         self.b.save_run()
         return ma, mb
+
+    def measure_single(self, name: str, rounds: int) -> tuple[Measurement, Measurement]:
+        """Sequential single requests at C=1 on both sides, ``rounds`` a run, A B B A."""
+        return self.measure(name, lambda _: rounds, [1], sequential=True)
+
+    def lifetime_begins(self, side: str, plan: ABLifetimesPlan | ABPlan) -> None:
+        """Server lifetimes alternate: stop the other side's server, start this one's,
+        and say what that costs (one start a pair of runs a level)."""
+        started = time.monotonic()
+        self.bring_up(side)
+        took = time.monotonic() - started
+        if isinstance(plan, ABLifetimesPlan) and plan.lifetimes == 1:
+            starts = self.policy.rule.min_pairs + 1
+            self.progress(
+                f"perfgate: A and B are not colocated ([ab] colocate = false): whole server "
+                f"lifetimes alternate, A, B, A, ..., each adding one pair of runs a level; at "
+                f"least {starts} starts (A took {took:.0f} s to start), up to "
+                f"{self.policy.rule.max_pairs + 1}"
+            )
 
     def facts_changed(self, failed: Sequence[Check]) -> list[str]:
         """Why B failed, from both sides' live facts: what differs (A → B), and the

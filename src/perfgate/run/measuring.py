@@ -307,7 +307,8 @@ class Lane:
         self.view = measurer.view
         self.progress = measurer.progress
         self.window = measurer.window(backend)
-        self.queue = iter(prompts or ())
+        # sequential steps' prompts, drawn beforehand (None: each run draws its own)
+        self.queue = iter(prompts) if prompts is not None else None
         self.runner = runner
         self.current: list[Step] = []  # the step in progress (the live display's label)
         w = profile.workload
@@ -385,8 +386,13 @@ class Lane:
 
     def _sequential(self, step: Step) -> LevelRun:
         """One run of sequential requests, one a round of ``runner``; the workload's
-        warmup requests go first, before the first run only."""
+        warmup requests go first, before the first run only. Without a queue drawn
+        beforehand, the run draws its own, seeded by its repeat (an A/B run: pair k's
+        prompts the same on both sides, however many warm-ups each side ran)."""
         aio, levels, queue = self.aio, self.levels, self.queue
+        if queue is None:
+            warmup = self.profile.workload.warmup if step.repeat == 0 else 0
+            queue = iter(self.measurer.prompts(self.name, 1, step.repeat, warmup + step.requests))
         if step.repeat == 0:
             for _ in range(self.profile.workload.warmup):
                 aio.run(levels.send(next(queue)))

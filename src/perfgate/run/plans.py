@@ -148,6 +148,7 @@ class ABPlan:
     levels: Sequence[int | float]
     requests_at: Callable[[int | float], int]
     decide: ABDecide
+    sequential: bool = False  # single requests: one at a time (each run its own prompts)
     not_run: list[int | float] = field(default_factory=list)
     runs: dict[str, list[LevelData]] = field(default_factory=lambda: {"A": [], "B": []})
     _position: int = 0
@@ -158,14 +159,14 @@ class ABPlan:
     def _block(self, level: int | float, pairs: int) -> list[Step]:
         requests = self.requests_at(level)
         return [
-            Step(level, pairs + offset + 1, requests, side=side)
+            Step(level, pairs + offset + 1, requests, side=side, sequential=self.sequential)
             for offset, side in ((0, "A"), (0, "B"), (1, "B"), (1, "A"))
         ]
 
     def _level(self) -> list[Step]:
         level = self.levels[self._position]
-        requests = self.requests_at(level)
-        warm = [Step(level, 0, requests, word="warm-up", side=s, discard=True) for s in "AB"]
+        requests, sequential = self.requests_at(level), self.sequential
+        warm = [Step(level, 0, requests, "warm-up", sequential, side=s, discard=True) for s in "AB"]
         return warm + self._block(level, 0)
 
     def next(self, done: Sequence[LevelData]) -> Step | None:
@@ -189,5 +190,65 @@ class ABPlan:
                     self.not_run = list(self.levels[self._position :]) if stopped else []
                     return None
                 self._queue = self._level()
+        self._issued = self._queue.pop(0)
+        return self._issued
+
+
+@dataclass
+class ABLifetimesPlan:
+    """A side-by-side run whose two servers do not both fit: whole server lifetimes
+    alternate, A, B, A, B, ... (a change of side is a restart). Each lifetime runs every
+    undecided level: one warm-up run (discarded: the server is fresh), then one run in the
+    first lifetime and two in each later one, so each level's runs still go A B B A A B
+    B A. From the second lifetime on, ``decide(level, a_runs, b_runs)`` after each: each
+    lifetime adds one pair a level. "next" retires the level, "stop" ends the run (B far
+    worse). Pair k draws the same prompts on both sides (the same repeat number)."""
+
+    levels: Sequence[int | float]
+    requests_at: Callable[[int | float], int]
+    decide: ABDecide
+    sequential: bool = False  # single requests: one at a time (each run its own prompts)
+    not_run: list[int | float] = field(default_factory=list)
+    lifetimes: int = 0  # begun so far
+    _undecided: list[int | float] = field(default_factory=list)
+    _runs: dict[tuple[str, int | float], list[LevelData]] = field(default_factory=dict)
+    _queue: list[Step] = field(default_factory=list)
+    _issued: Step | None = None
+    _seen: int = 0
+
+    def runs(self, side: str, level: int | float) -> list[LevelData]:
+        """One side's kept runs of a level so far."""
+        return self._runs.setdefault((side, level), [])
+
+    def _lifetime(self) -> list[Step]:
+        side = "AB"[self.lifetimes % 2]
+        count = 1 if self.lifetimes == 0 else 2
+        self.lifetimes += 1
+        steps = []
+        for level in self._undecided:
+            requests, kept = self.requests_at(level), len(self.runs(side, level))
+            seq = self.sequential
+            steps.append(Step(level, 0, requests, "warm-up", seq, side=side, discard=True))
+            steps += [Step(level, kept + n, requests, sequential=seq, side=side)
+                      for n in (1, 2)[:count]]  # fmt: skip
+        return steps
+
+    def next(self, done: Sequence[LevelData]) -> Step | None:
+        new, self._seen = done[self._seen :], len(done)
+        if new and self._issued is not None and not self._issued.discard:
+            self.runs(self._issued.side, self._issued.level).append(new[-1])
+        if not new:  # the first step
+            self._undecided = list(self.levels)
+        if not self._queue:  # a lifetime ended (or none began): decide, then the next
+            if self.lifetimes >= 2:
+                for level in list(self._undecided):
+                    decision = self.decide(level, self.runs("A", level), self.runs("B", level))
+                    if decision == "stop":
+                        return None
+                    if decision == "next":
+                        self._undecided.remove(level)
+            if not self._undecided:
+                return None
+            self._queue = self._lifetime()
         self._issued = self._queue.pop(0)
         return self._issued

@@ -92,10 +92,13 @@ class ServerControl:
         )
         return backend
 
-    def stop(self) -> None:
-        """Stop the backend if perfgate started it."""
+    def stop(self, *, for_now: bool = False) -> None:
+        """Stop the backend if perfgate started it. ``for_now``: the next :meth:`start`
+        launches it again (an A/B run whose server lifetimes alternate)."""
         if self.backend is not None:
             self.backend.stop()
+            if for_now:
+                self.backend = None
 
     def _launch(self) -> Backend:
         s = self.settings

@@ -241,9 +241,9 @@ class PerfgateSession:
         picks the baseline for its hardware."""
         return self.server.start()
 
-    def stop_backend(self) -> None:
-        """Stop the backend if perfgate started it."""
-        self.server.stop()
+    def stop_backend(self, *, for_now: bool = False) -> None:
+        """Stop the backend if perfgate started it (``for_now``: to start it again)."""
+        self.server.stop(for_now=for_now)
 
     def resolve_baseline(self, hardware: dict[str, object]) -> None:
         """Pick the baseline for a serving host's hardware (done by :meth:`start_backend`)."""
