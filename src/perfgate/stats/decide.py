@@ -30,6 +30,11 @@ from perfgate.stats.estimate import (
 )
 
 
+def bonferroni(family_rate: float, members: int) -> float:
+    """Bonferroni: a family-wise rate shared equally by its members (at least one)."""
+    return family_rate / max(1, members)
+
+
 @dataclass(frozen=True, slots=True)
 class Comparison:
     """One figure's runs against its baseline, in log units where higher is better."""
@@ -163,8 +168,8 @@ class Rule:
 
     @property
     def per_figure_rate(self) -> float:
-        """Bonferroni: the family's rate shared equally by its figures."""
-        return self.false_failure_rate / max(1, self.figures)
+        """The family's rate shared equally by its figures (:func:`bonferroni`)."""
+        return bonferroni(self.false_failure_rate, self.figures)
 
     @property
     def early_looks(self) -> range:

@@ -35,7 +35,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from perfgate.stats.decide import Decision
+from perfgate.stats.decide import Decision, bonferroni
 from perfgate.stats.distributions import VALUE_FLOOR, median, t_quantile
 from perfgate.stats.estimate import Direction, walsh_averages, walsh_rank
 
@@ -81,8 +81,8 @@ class PairedRule:
 
     @property
     def per_figure_rate(self) -> float:
-        """Bonferroni: the family's rate shared equally by its figures."""
-        return self.false_failure_rate / max(1, self.figures)
+        """The family's rate shared equally by its figures (:func:`bonferroni`)."""
+        return bonferroni(self.false_failure_rate, self.figures)
 
     @property
     def looks(self) -> tuple[int, ...]:
