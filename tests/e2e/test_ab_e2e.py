@@ -10,6 +10,7 @@ for its first token and fails. The rates of the paired verdict are the gate stud
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -62,9 +63,12 @@ def test_ab_passes_the_same_server_and_fails_one_slot(tmp_path):
         assert f"test_known_answer[{side}-" in out, out[-6000:]
     assert out.index("test_known_answer[A-") < out.index("test_known_answer[B-")
     assert "perfgate: A/B PASSED: four-slots (B) against four-slots (A), tolerance 50%" in out
-    assert "whole server lifetimes alternate, A, B, A, ..." in out and "at least 8 starts" in out
+    assert "whole server lifetimes alternate, A, B, A, ..." in out
+    assert "at least 8 starts a measurement" in out
     starts = [line for line in out.splitlines() if " ready at " in line]
     assert len(starts) >= 2 * 8, starts  # 8 lifetimes a measurement, the checks' own starts
+    restarts = [line for line in out.splitlines() if re.search(r"lifetime \d+ \([AB]\)", line)]
+    assert len(restarts) >= 2 * 8 and "starts so far" in restarts[-1], restarts  # each counted
     assert "A sweep C=4 warm-up 1" in out and "B sweep C=4 run 7" in out
     run = json.loads(runs_in(tmp_path / "same")[-1].read_text())
     assert run["status"] == "passed"

@@ -123,6 +123,7 @@ class ABRun:
         self.answers_changed = ""  # B's greedy answers against A's, when too many differ
         self.answers_compared = False  # once a run, before its first measurement
         self.reference_failed = ""  # why A could not start: the run ends with USAGE
+        self.restarts, self.restart_s = 0, 0.0  # alternating lifetimes: starts, their time
 
     def start_reference(self) -> Backend:
         """Start (or attach) A. A that cannot start is a usage problem
@@ -303,14 +304,21 @@ class ABRun:
         started = time.monotonic()
         self.bring_up(side)
         took = time.monotonic() - started
-        if isinstance(plan, ABLifetimesPlan) and plan.lifetimes == 1:
-            starts = self.policy.rule.min_pairs + 1
+        self.restarts += 1
+        self.restart_s += took
+        if not isinstance(plan, ABLifetimesPlan):
+            return
+        if plan.lifetimes == 1:
             self.progress(
                 f"perfgate: A and B are not colocated ([ab] colocate = false): whole server "
                 f"lifetimes alternate, A, B, A, ..., each adding one pair of runs a level; at "
-                f"least {starts} starts (A took {took:.0f} s to start), up to "
+                f"least {self.policy.rule.min_pairs + 1} starts a measurement, up to "
                 f"{self.policy.rule.max_pairs + 1}"
             )
+        self.progress(
+            f"perfgate: lifetime {plan.lifetimes} ({side}): started in {took:.1f} s; "
+            f"{self.restarts} starts so far, {self.restart_s:.0f} s in all"
+        )
 
     def facts_changed(self, failed: Sequence[Check]) -> list[str]:
         """Why B failed, from both sides' live facts: what differs (A → B), and the
