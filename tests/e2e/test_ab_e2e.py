@@ -69,7 +69,7 @@ def test_ab_passes_the_same_server_and_fails_one_slot(tmp_path):
     assert len(starts) >= 2 * 8, starts  # 8 lifetimes a measurement, the checks' own starts
     restarts = [line for line in out.splitlines() if re.search(r"lifetime \d+ \([AB]\)", line)]
     assert len(restarts) >= 2 * 8 and "starts so far" in restarts[-1], restarts  # each counted
-    assert "A sweep C=4 warm-up 1" in out and "B sweep C=4 run 7" in out
+    assert "A sweep C=4 warm-up 1" in out and "B sweep C=4 pair 7" in out
     run = json.loads(runs_in(tmp_path / "same")[-1].read_text())
     assert run["status"] == "passed"
     for name in ("single", "sweep"):  # single requests side by side too; warm-ups not kept

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import pytest
 
 from perfgate.measure.data import Measurement
-from perfgate.plugin.state import SESSION_KEY, SUMMARY_KEY
+from perfgate.plugin.state import AB_KEY, SESSION_KEY, SUMMARY_KEY
 from perfgate.render.markdown import floors_only_line
 from perfgate.run.session import PerfgateSession
 
@@ -109,11 +109,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     perf = config.stash.get(SESSION_KEY, None)
     if perf is None or (perf.backend is None and not perf.run.measurements):
         return
-    terminalreporter.section(f"perfgate: {perf.profile.name}")
+    side_by_side = config.stash.get(AB_KEY, None) is not None
+    terminalreporter.section(f"perfgate: {perf.profile.name}" + (" (B)" if side_by_side else ""))
     for name in perf.run.measurements:
         terminalreporter.write_line(f"[{name}]")
         terminalreporter.write_line(perf.table(name))
         terminalreporter.write_line("")
+    if side_by_side:  # judged against A, not a baseline: the A/B tables and verdict follow
+        for line in config.stash.get(SUMMARY_KEY, []):
+            terminalreporter.write_line(line)
+        return
     summary = _summary_lines(perf)
     for colour, line in summary:
         terminalreporter.write_line(line, **{colour: True})

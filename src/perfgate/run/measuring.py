@@ -316,7 +316,7 @@ class Lane:
 
         def show_progress(tally: Tally) -> None:
             step = self.current[-1]
-            text = progress.live_label(label, step.level, step.word, step.repeat + 1, tally.phase)
+            text = progress.live_label(label, step.level, step.word, step.number, tally.phase)
             rate = rate_text(profile, kind, tally, measurer.forced)
             self.view.show(text, tally.total, tally.done, tally.failed, rate)
 
@@ -363,7 +363,7 @@ class Lane:
         over its measured requests."""
         w, name = self.profile.workload, self.name
         lengths = self.measurer.prompt_source.kind.lengths(w)
-        number = step.repeat + 1
+        number = step.number
         self.progress(
             progress.run_starts(
                 self.label, step.level, step.word, number, step.requests, lengths, w.warmup
@@ -379,7 +379,7 @@ class Lane:
         data = measurer.closed(self.window, run, step.repeat)
         if data.rate is not None and (late := behind_schedule(self.profile, self.name, data)):
             measurer.notes.warn(late)
-        if not step.sequential:
+        if not step.sequential or step.side:  # an A/B run says each run, single ones too
             self.progress(progress.level_ended(self.label, data))
         measurer.save()
         return data
@@ -400,9 +400,8 @@ class Lane:
 
         def one_round() -> None:
             records.append(aio.run(levels.send(next(queue))))
-            label = (
-                f"{self.name} run {step.repeat + 1}"  # after the record: no figure times a redraw
-            )
+            # after the record: no figure times a redraw
+            label = f"{self.name} {step.word} {step.number}"
             self.view.show(label, step.requests, len(records), sum(not r.ok for r in records))
 
         self.window.open()

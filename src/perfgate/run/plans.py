@@ -31,6 +31,12 @@ class Step:
     side: str = ""  # an A/B run's side ("A" or "B"); "" for a run with one server
     discard: bool = False  # a warm-up run: measured, never judged
 
+    @property
+    def number(self) -> int:
+        """The step's number in progress lines, from 1: its repeat's, or an A/B run's
+        pair's (pair k is repeat k, after the side's warm-up, repeat 0)."""
+        return self.repeat if self.side and not self.discard else self.repeat + 1
+
 
 class Plan(Protocol):
     """A measurement's plan: the loop calls ``next`` with every level run done so far."""
@@ -159,7 +165,7 @@ class ABPlan:
     def _block(self, level: int | float, pairs: int) -> list[Step]:
         requests = self.requests_at(level)
         return [
-            Step(level, pairs + offset + 1, requests, side=side, sequential=self.sequential)
+            Step(level, pairs + offset + 1, requests, "pair", self.sequential, side=side)
             for offset, side in ((0, "A"), (0, "B"), (1, "B"), (1, "A"))
         ]
 
@@ -229,7 +235,7 @@ class ABLifetimesPlan:
             requests, kept = self.requests_at(level), len(self.runs(side, level))
             seq = self.sequential
             steps.append(Step(level, 0, requests, "warm-up", seq, side=side, discard=True))
-            steps += [Step(level, kept + n, requests, sequential=seq, side=side)
+            steps += [Step(level, kept + n, requests, "pair", seq, side=side)
                       for n in (1, 2)[:count]]  # fmt: skip
         return steps
 
