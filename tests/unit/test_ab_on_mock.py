@@ -255,3 +255,18 @@ def test_single_requests_side_by_side_pair_the_same_prompts_and_catch_4x(tmp_pat
     assert len(b.levels) == 2  # one block: B far worse stops it
     assert slower.conclude(plots=False).exit_code == 1
     assert any(c.key == "single.c1.per_request_tok_s" and c.failed for c in slower.checks)
+
+
+def test_ab_rounds_and_single_requests_make_the_pairs_runs_shorter(tmp_path):
+    """B's [ab] rounds and single_requests set the requests of each A/B run (the same on
+    both sides), in place of the workload's."""
+    spec = _profile().ab.model_copy(update={"rounds": 1, "single_requests": 2})
+    a_server, b_server = Recording(), Recording()
+    a = _session(tmp_path, a_server, name="a")
+    b = _session(tmp_path, b_server, name="b", more={"ab": spec})
+    run = ABRun(a, b, ABOptions(tolerance=0.5), progress=lambda _: None)
+    sweep_a, sweep_b = run.measure("sweep", lambda level: int(level) * 3, [2])
+    assert {len(r.records) for r in sweep_a.levels + sweep_b.levels} == {2}  # 2 in flight x 1
+    single_a, single_b = run.measure_single("single", 5)
+    assert {len(r.records) for r in single_a.levels + single_b.levels} == {2}
+    assert a_server.prompts == b_server.prompts

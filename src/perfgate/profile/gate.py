@@ -127,3 +127,16 @@ class AbSpec(Strict):
         "whole server lifetimes alternate, A, B, A, ..., one more pair of runs a level "
         "each; it costs a server start a pair (--alternate, --perf-ab-alternate).",
     )
+    rounds: int | None = Field(
+        None,
+        ge=1,
+        description="Requests a run of a level, per request in flight, in the A/B runs "
+        "(default: workload.rounds). Pairs, not long runs, beat drift: shorter runs "
+        "reach min_pairs sooner.",
+    )
+    single_requests: int | None = Field(
+        None,
+        ge=1,
+        description="Requests a single-request run in the A/B runs (default: "
+        "workload.single_requests).",
+    )

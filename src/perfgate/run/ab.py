@@ -241,10 +241,18 @@ class ABRun:
             self.answers_changed = why
             self.b.correctness_failed("ab: greedy answers against A", usability=False, ran=True)
             self.progress(f"perfgate: {why}")
-        w = self.b.profile.workload
+        w, ab_rounds = self.b.profile.workload, self.b.profile.ab.rounds
         levels = list(w.levels if levels is None else levels)
-        at = requests_at or (lambda level: w.rate_requests if isinstance(level, float)
-                             else int(level) * w.rounds)  # fmt: skip
+
+        def at(level: int | float) -> int:
+            """A run's requests: B's [ab] rounds a request in flight where set (shorter
+            runs, more pairs), else the test's (or the workload's) own count."""
+            if ab_rounds is not None and not sequential and not isinstance(level, float):
+                return int(level) * ab_rounds
+            if requests_at is not None:
+                return requests_at(level)
+            return w.rate_requests if isinstance(level, float) else int(level) * w.rounds
+
         ma, mb = Measurement(), Measurement()
         self.a.run.measurements[name] = ma
         self.b.run.measurements[name] = mb
@@ -295,19 +303,23 @@ class ABRun:
         return ma, mb
 
     def measure_single(self, name: str, rounds: int) -> tuple[Measurement, Measurement]:
-        """Sequential single requests at C=1 on both sides, ``rounds`` a run, A B B A."""
+        """Sequential single requests at C=1 on both sides, ``rounds`` a run (B's
+        ``[ab] single_requests`` where set), A B B A."""
+        rounds = self.b.profile.ab.single_requests or rounds
         return self.measure(name, lambda _: rounds, [1], sequential=True)
 
     def lifetime_begins(self, side: str, plan: ABLifetimesPlan | ABPlan) -> None:
         """Server lifetimes alternate: stop the other side's server, start this one's,
         and say what that costs (one start a pair of runs a level)."""
+        up = (self.a if side == "A" else self.b).backend is not None
         started = time.monotonic()
         self.bring_up(side)
         took = time.monotonic() - started
-        self.restarts += 1
-        self.restart_s += took
         if not isinstance(plan, ABLifetimesPlan):
             return
+        if not up:  # else still up from the last measurement's last lifetime: no start
+            self.restarts += 1
+            self.restart_s += took
         if plan.lifetimes == 1:
             self.progress(
                 f"perfgate: A and B are not colocated ([ab] colocate = false): whole server "
@@ -315,8 +327,9 @@ class ABRun:
                 f"least {self.policy.rule.min_pairs + 1} starts a measurement, up to "
                 f"{self.policy.rule.max_pairs + 1}"
             )
+        how = "still up" if up else f"started in {took:.1f} s"
         self.progress(
-            f"perfgate: lifetime {plan.lifetimes} ({side}): started in {took:.1f} s; "
+            f"perfgate: lifetime {plan.lifetimes} ({side}): {how}; "
             f"{self.restarts} starts so far, {self.restart_s:.0f} s in all"
         )
 
