@@ -1,11 +1,12 @@
 """Reasoning: with a reasoning parser, a chat answer carries non-empty reasoning in the
-engine's field (``reasoning`` or ``reasoning_content``) and separate non-empty content,
-streamed and not. Only for profiles with ``correctness.reasoning = true``; the model may
+engine's field (``reasoning`` or ``reasoning_content``) and separate non-empty content, no
+think tag left in either, streamed and not; the share of the reasoning budget spent
+thinking is said. Only for profiles with ``correctness.reasoning = true``; the model may
 think for ``correctness.reasoning_budget`` tokens before it answers."""
 
 import pytest
 
-from perfgate.correctness.quality import reasoning_problems
+from perfgate.correctness.quality import reasoning_problems, thinking_share
 
 pytestmark = [pytest.mark.correctness, pytest.mark.perf]
 QUESTION = "A farmer has 17 sheep; all but 9 run away. How many are left? Think step by step."
@@ -31,9 +32,11 @@ def check(answer, budget):
     return f"{'; '.join(problems)}: {answer.reasoning[:200]!r} | {answer.content[:200]!r}"
 
 
-def test_reasoning_streamed(reasoning_profile, asker):
+def test_reasoning_streamed(reasoning_profile, asker, perfgate_session):
     answer = asker.stream(QUESTION, answer_tokens=ANSWER_TOKENS, temperature=0)
     assert answer.error is None, answer.error
+    budget = perfgate_session.profile.correctness.reasoning_budget
+    perfgate_session.notes.say(f"reasoning: {thinking_share(answer.reasoning_tokens, budget)}")
     problems = check(answer, asker.budget(ANSWER_TOKENS))
     assert not problems, problems
 

@@ -127,6 +127,58 @@ def test_reasoning_on_llamacpp_passes_both_suites(tmp_path):
     assert_every_shipped_figure_measured("llamacpp-smollm2-reasoning", tmp_path)
 
 
+def thinking(budget: int, directory: Path) -> Path:
+    """The llama.cpp reasoning profile thinking ``budget`` tokens before every answer (the
+    server forces </think> there), one short level, gated on the time to the first answer
+    token and the reasoning tokens too."""
+    profile = variant(
+        "llamacpp-smollm2-reasoning",
+        directory,
+        "reasoning-budget = 24",
+        f"reasoning-budget = {budget}",
+    )
+    text = profile.read_text()
+    for old, new in {
+        "input_len = 128": "input_len = 32",  # a short prefill: TTFT is the first token's
+        "output_len = 64 ": "output_len = 80 ",
+        "levels = [1, 2, 4]": "levels = [2]",
+        "rounds = 3": "rounds = 1",
+        "record_repeats = 8": "record_repeats = 3",
+        "max_extra_repeats = 7": 'max_extra_repeats = 0\nfigures = ["ttfa_s", "reasoning_tokens"]',
+    }.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    profile.write_text(text)
+    return profile
+
+
+def test_thinking_longer_fails_the_first_answer_token_and_not_ttft(tmp_path):
+    """Recorded with the server forcing the answer after 4 thinking tokens, gated with 64:
+    the first token (a thinking one) comes as soon as before, so TTFT passes even at a 50%
+    tolerance, while the answer's first token comes about 60 tokens later (several times
+    the baseline): ``ttfa_s`` and ``reasoning_tokens`` fail. The fine-grained part, at
+    exact timings: tests/sim/test_reasoning_on_sim.py."""
+    require_smollm2()
+    baselines = f"--override-ini=perfgate_baselines_dir={tmp_path / 'baselines'}"
+    code, out = perfgate_run(
+        "perf", thinking(4, tmp_path / "short"), tmp_path / "rec", "-k", "sweep", baselines,
+        "--perf-update-baselines", "--perf-tolerance=0.5",
+    )  # fmt: skip
+    assert code == 0, out[-6000:]
+    assert "added   sweep.c2.ttfa_s" in out and "added   sweep.c2.reasoning_tokens" in out, out
+    code, out = perfgate_run(
+        "perf", thinking(64, tmp_path / "long"), tmp_path / "gate", "-k", "sweep", baselines
+    )
+    assert code == 1, out[-6000:]
+    checks = {c["key"]: c for c in last_run(tmp_path / "gate")["checks"]}
+    ttfa, ttft = checks["sweep.c2.ttfa_s"], checks["sweep.c2.ttft_s"]
+    assert ttfa["verdict"] == "regressed" and ttfa["measured"] > 3 * ttfa["baseline"], ttfa
+    assert ttft["verdict"] in ("pass", "improved"), ttft
+    thought = checks["sweep.c2.reasoning_tokens"]
+    assert thought["verdict"] == "regressed" and thought["measured"] >= 50, thought
+    assert "sweep.c2.ttfa_s: measured" in out
+
+
 def test_reasoning_parser_off_fails_the_reasoning_check_saying_so(tmp_path):
     require_smollm2()
     profile = variant(
@@ -185,6 +237,8 @@ def test_speculative_vllm_streams_several_tokens_per_chunk_and_refuses_logit_bia
         gated.read_text()
         .replace("record_repeats = 8 ", "record_repeats = 3 ")
         .replace("rounds = 3", "rounds = 2")
+        # acceptance falls from about 30% to about 0: two runs decide it, no extra run
+        .replace("max_extra_repeats = 2", "max_extra_repeats = 0")
     )
     baselines = f"--override-ini=perfgate_baselines_dir={tmp_path / 'baselines'}"
     try:
@@ -214,7 +268,7 @@ def test_speculative_vllm_streams_several_tokens_per_chunk_and_refuses_logit_bia
         backend = owner.start_backend()
         attach = (f"--perf-base-url={backend.base_url}", f"--perf-server-log={backend.log_path}")
         gate_code, gate_out = perfgate_run(
-            "perf", gated, tmp_path / "gate", "-k", "sweep", baselines, *attach
+            "perf", gated, tmp_path / "gate", "-k", "sweep", baselines, *attach, "--perf-repeats=2"
         )
     finally:
         owner.stop_backend()

@@ -9,7 +9,7 @@ import pytest
 
 from perfgate.client import SimpleClient
 from perfgate.correctness.asking import Answer, Asker, model_kind
-from perfgate.correctness.quality import leaked_markers, reasoning_problems
+from perfgate.correctness.quality import leaked_markers, reasoning_problems, thinking_share
 from perfgate.engines import get_engine
 from perfgate.profile import CorrectnessSpec, load_profile
 
@@ -117,6 +117,23 @@ def test_llamacpp_reasoning_stream_read_as_reasoning_then_content():
         assert got.reasoning.startswith("1. 17 sheep") and got.content.strip()
         assert reasoning_problems(got.reasoning, got.content) == []
     assert streamed.chunk_problem() is None
+    # the thinking counted off the stream: its chunks of reasoning text, fewer than all
+    assert streamed.reasoning_tokens is not None
+    assert 0 < streamed.reasoning_tokens < (streamed.chunks or 0)
+    assert thinking_share(streamed.reasoning_tokens, 64).endswith(
+        "of the 64-token reasoning budget (correctness.reasoning_budget)"
+    )
+
+
+def test_think_tags_left_in_the_reasoning_field_are_named():
+    """(Constructed: the real llama.cpp answer's reasoning with the tags a parser that
+    only splits would pass on.)"""
+    transport = replaying("llamacpp-smollm2-reasoning.sse", "llamacpp-smollm2-reasoning.json")
+    got = asker_for("llamacpp-smollm2-reasoning", transport).ask("Q", answer_tokens=200)
+    tagged = f"<think>{got.reasoning}</think>"
+    assert reasoning_problems(tagged, got.content) == [
+        "think tags left in the reasoning field (the parser passed them on)"
+    ]
 
 
 def test_parser_off_streams_fail_the_reasoning_check_saying_why():
@@ -136,6 +153,8 @@ def test_vllm_reasoning_profile_sends_its_request_fields():
     asker = asker_for("vllm-cpu-smollm2-reasoning", transport)
     got = asker.stream("Q", answer_tokens=200, temperature=0)
     assert reasoning_problems(got.reasoning, got.content) == []
+    # vLLM's usage says reasoning_tokens 0 beside its reasoning text: the chunks count
+    assert got.reasoning_tokens is not None and got.reasoning_tokens > 0
     sent = transport.seen[0]
     assert "regex" in sent["structured_outputs"] and sent["max_tokens"] == asker.budget(200)
 

@@ -1,5 +1,7 @@
 """The stream client on a mock transport with scripted timings: TTFT/ITL are exact."""
 
+import json
+
 import httpx
 import pytest
 
@@ -69,6 +71,47 @@ async def test_reasoning_chunk_counts_as_first_token(field):
     assert record.ttft == pytest.approx(0.3)
     assert record.reasoning == "Let me think."
     assert record.text == "42"
+    assert record.ttfa == pytest.approx(0.4)  # the answer's first chunk, thinking skipped
+
+
+async def test_time_to_the_first_answer_skips_every_reasoning_chunk_and_counts_them():
+    """Three chunks of thinking, then the answer: TTFA is the fourth chunk's time, TTFT
+    the first's; the thinking tokens are the chunks (no usage detail) or, where the
+    server gives it, usage.completion_tokens_details.reasoning_tokens."""
+    clock = FakeClock(0.0)
+    usage = {"prompt_tokens": 5, "completion_tokens": 5}
+    script = [
+        (0.1, chat_chunk({"reasoning_content": "a"})),
+        (0.2, chat_chunk({"reasoning_content": "b"})),
+        (0.3, chat_chunk({"reasoning_content": "c"})),
+        (0.7, chat_chunk({"content": "4"})),
+        (0.8, chat_chunk({"content": "2"}, finish="stop")),
+        (0.9, sse(json.dumps({"choices": [], "usage": usage}))),
+        (1.0, sse("[DONE]")),
+    ]
+    async with client_for(clock, script) as client:
+        record = await stream_request(
+            client, request_body("chat", "m", "p", 8), api="chat", clock=clock
+        )
+    assert (record.ttft, record.ttfa) == (pytest.approx(0.1), pytest.approx(0.7))
+    assert record.reasoning_chunks == 3 and record.thinking_tokens == 3
+    detailed = {**usage, "completion_tokens_details": {"reasoning_tokens": 7}}
+    script[5] = (0.9, sse(json.dumps({"choices": [], "usage": detailed})))
+    clock = FakeClock(0.0)
+    async with client_for(clock, script) as client:
+        record = await stream_request(
+            client, request_body("chat", "m", "p", 8), api="chat", clock=clock
+        )
+    assert record.reasoning_chunks == 3 and record.thinking_tokens == 7
+
+
+async def test_a_model_that_does_not_reason_has_its_answer_at_the_first_token():
+    clock = FakeClock(0.0)
+    script = [(0.2, completion_chunk("ab", finish="stop")), (0.3, sse("[DONE]"))]
+    async with client_for(clock, script) as client:
+        record = await stream_request(client, request_body("completions", "m", "p", 4), clock=clock)
+    assert record.ttfa == record.ttft == pytest.approx(0.2)
+    assert record.reasoning_chunks == 0 and record.thinking_tokens == 0
 
 
 async def test_chunks_split_mid_event_are_stamped_on_completion():

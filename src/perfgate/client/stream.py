@@ -2,7 +2,9 @@
 
 Timestamps come from an injectable clock (``time.perf_counter`` by default) taken
 when bytes arrive, before parsing. A chunk is *token-bearing* when it carries
-content or reasoning text; role-only, empty and usage-only chunks are not.
+content or reasoning text; role-only, empty and usage-only chunks are not. The first chunk
+that carries answer text (content, or a completion's text) is kept as ``answer_chunk``:
+time to the first answer token (TTFA) skips a reasoning model's thinking, TTFT does not.
 
 TTFT and latency count from ``sent``, when the request's last byte was written to
 its connection (stamped by the connection itself, :mod:`perfgate.client.transport`):
@@ -55,6 +57,9 @@ class RequestRecord:
     server_timings: dict[str, Any] | None = None
     reconnects: int = 0  # kept connections found closed by the server, retried at once
     scheduled: float | None = None  # open loop: when the arrival schedule said to send it
+    answer_chunk: int | None = None  # index in token_times of the first answer-bearing chunk
+    reasoning_chunks: int = 0  # token-bearing chunks that carried reasoning text
+    reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
 
     @property
     def ok(self) -> bool:
@@ -74,6 +79,20 @@ class RequestRecord:
     def ttft(self) -> float | None:
         """Seconds from sending to the first token-bearing chunk."""
         return self.token_times[0] - self.origin if self.token_times else None
+
+    @property
+    def ttfa(self) -> float | None:
+        """Seconds from sending to the first chunk that carries answer text (content, or a
+        completion's text), reasoning skipped; None when no answer text came."""
+        if self.answer_chunk is None:
+            return None
+        return self.token_times[self.answer_chunk] - self.origin
+
+    @property
+    def thinking_tokens(self) -> int:
+        """Reasoning tokens: the server's usage detail where it gives a count, else the
+        chunks that carried reasoning text (vLLM 0.32 says 0 beside streamed reasoning)."""
+        return self.reasoning_tokens or self.reasoning_chunks
 
     @property
     def latency(self) -> float:
@@ -165,6 +184,9 @@ class _Parser:
         if usage:
             self.record.prompt_tokens = usage.get("prompt_tokens")
             self.record.completion_tokens = usage.get("completion_tokens")
+            details = usage.get("completion_tokens_details")
+            if isinstance(details, dict) and isinstance(details.get("reasoning_tokens"), int):
+                self.record.reasoning_tokens = details["reasoning_tokens"]
         if "timings" in chunk:
             self.record.server_timings = chunk["timings"]
         for choice in chunk.get("choices") or ():
@@ -178,10 +200,14 @@ class _Parser:
                 piece = choice.get("text")
                 thought = None
             if piece or thought:
-                self.record.token_times.append(now)
+                record = self.record
+                record.token_times.append(now)
                 if piece:
+                    if record.answer_chunk is None:
+                        record.answer_chunk = len(record.token_times) - 1
                     self.text_parts.append(piece)
                 if thought:
+                    record.reasoning_chunks += 1
                     self.reasoning_parts.append(thought)
             reason = choice.get("finish_reason")
             if reason:

@@ -45,6 +45,7 @@ class Answer:
     prompt_tokens: int | None
     chunks: int | None = None  # token-bearing chunks; streamed answers only
     error: str | None = None
+    reasoning_tokens: int | None = None  # thinking tokens, where the server or stream says
 
     @property
     def first_line(self) -> str:
@@ -132,6 +133,7 @@ class Asker:
             finish_reason=choice.get("finish_reason"),
             completion_tokens=usage.get("completion_tokens"),
             prompt_tokens=usage.get("prompt_tokens"),
+            reasoning_tokens=(usage.get("completion_tokens_details") or {}).get("reasoning_tokens"),
         )
 
     def stream(
@@ -149,6 +151,7 @@ class Asker:
             prompt_tokens=record.prompt_tokens,
             chunks=len(record.token_times),
             error=record.error,
+            reasoning_tokens=record.thinking_tokens if record.reasoning else None,
         )
 
     def natural_end_problems(self, answer: Answer, answer_tokens: int) -> list[str]:

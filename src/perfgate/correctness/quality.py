@@ -197,4 +197,16 @@ def reasoning_problems(reasoning: str, content: str) -> list[str]:
         problems.append("reasoning and content are the same text (parser not separating)")
     if "</think>" in content or "<think>" in content:
         problems.append("think tags leaked into the content (reasoning parser off?)")
+    if "</think>" in reasoning or "<think>" in reasoning:
+        problems.append("think tags left in the reasoning field (the parser passed them on)")
     return problems
+
+
+def thinking_share(reasoning_tokens: int | None, budget: int) -> str:
+    """How much of the reasoning budget an answer spent thinking, for people."""
+    if reasoning_tokens is None:
+        return "the server did not say how many tokens were reasoning"
+    return (
+        f"{reasoning_tokens} tokens of thinking, {reasoning_tokens / budget:.0%} of the "
+        f"{budget}-token reasoning budget (correctness.reasoning_budget)"
+    )

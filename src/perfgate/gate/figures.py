@@ -12,6 +12,9 @@ the run's value over its successful requests:
 
 - ``ttft_p90_s``, ``ttft_p99_s``: 90th and 99th percentile of TTFT (``ttft_s`` is the
   median);
+- ``ttfa_s``, ``ttfa_p90_s``, ``ttfa_p99_s``: median, 90th and 99th percentile of the time
+  to the first answer token (TTFA: a reasoning model's thinking skipped, which TTFT
+  counts); ``reasoning_tokens``: mean reasoning tokens per request;
 - ``tpot_p50_s``, ``tpot_p90_s``, ``tpot_p99_s``: percentiles of time per output token;
 - ``itl_p50_s``, ``itl_p90_s``, ``itl_p99_s``: percentiles of the gaps between
   token-bearing chunks, pooled over the run's requests;
@@ -225,8 +228,17 @@ def _req_s(run: LevelData) -> float | None:
     return m.ok / m.wall_s if m.ok and m.wall_s > 0 else None
 
 
+NO_ANSWER = "no request streamed answer text (content): it only reasoned, or failed"
+NO_REASONING = "no request carried reasoning text (not a reasoning model, or no parser)"
+
+
+def _reasoning_tokens(run: LevelData) -> float | None:
+    return run.metrics.reasoning_tokens.mean if run.metrics.ok else None
+
+
 PERCENTILE_QUANTITIES: tuple[tuple[str, str, Callable[[LevelMetrics], Distribution], str], ...] = (
     ("ttft", "TTFT", lambda m: m.ttft_s, "no request streamed a token"),
+    ("ttfa", "TTFA", lambda m: m.ttfa_s, NO_ANSWER),
     ("tpot", "TPOT", lambda m: m.tpot_s, "no request streamed two tokens or more"),
     ("itl", "ITL", lambda m: m.itl_s, "no request streamed two chunks or more"),
     ("latency", "Latency", lambda m: m.latency_s, "no request of the level succeeded"),
@@ -360,7 +372,32 @@ CHOSEN: list[Figure] = [
         )
         for name, title, quantity, absent in PERCENTILE_QUANTITIES
         for q in ("p50", "p90", "p99")
-        if (name, q) != ("ttft", "p50")  # that is ``ttft_s``
+        if q != "p50" or name not in ("ttft", "ttfa")  # those are ``ttft_s``, ``ttfa_s``
+    ),
+    Figure(
+        "ttfa_s",
+        "TTFA(s)",
+        "s",
+        "lower",
+        0.05,
+        NO_ANSWER,
+        _percentile_of(lambda m: m.ttfa_s, "p50"),
+        timing=True,
+        chosen=True,
+        width=8,
+        decimals=3,
+    ),
+    Figure(
+        "reasoning_tokens",
+        "Reasoning tok",
+        "tokens",
+        "lower",
+        0.02,
+        NO_REASONING,
+        _reasoning_tokens,
+        chosen=True,
+        decimals=1,
+        shift=1.0,
     ),
     Figure(
         "req_s",

@@ -11,6 +11,12 @@ Definitions (also in docs/metrics.md):
   requests.
 - **TTFT**: sending (the request's last byte written) to the first chunk that carries
   content or reasoning text.
+- **TTFA** (time to the first answer token): sending to the first chunk that carries
+  answer text (``content``; a completion's text), a reasoning model's thinking skipped;
+  the same as TTFT for a model that does not reason.
+- **reasoning tokens** of a request: ``usage.completion_tokens_details.reasoning_tokens``
+  where the server gives it, else the chunks that carried reasoning text; a level has
+  them only where some request reasoned.
 - **client delay**: the harness's own time from starting a request to sending it
   (connection setup included); not part of TTFT or latency.
 - **open loop** (a request rate): TTFT and latency count from the request's scheduled
@@ -62,6 +68,14 @@ class LevelMetrics(BaseModel):
     ttft_s: Distribution = Field(description="Time to first token-bearing chunk.")
     tpot_s: Distribution = Field(description="Time per output token after the first.")
     itl_s: Distribution = Field(description="Gaps between token-bearing chunks.")
+    ttfa_s: Distribution = Field(
+        default_factory=Distribution,
+        description="Time to the first chunk carrying answer text, reasoning skipped.",
+    )
+    reasoning_tokens: Distribution = Field(
+        default_factory=Distribution,
+        description="Reasoning tokens per request (only where some request reasoned).",
+    )
     latency_s: Distribution = Field(description="End-to-end request latency.")
     client_delay_s: Distribution = Field(
         default_factory=Distribution,
@@ -147,6 +161,8 @@ def level_metrics(level: LevelRun) -> LevelMetrics:
     ttft = [v for r in ok if (v := r.ttft) is not None]
     tpot = [v for r in ok if (v := request_tpot(r)) is not None]
     itl = [gap for r in ok for gap in inter_token_latencies(r)]
+    ttfa = [v for r in ok if (v := r.ttfa) is not None]
+    reasoned = any(r.reasoning_chunks or r.reasoning_tokens for r in ok)
     prompt_tokens = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
     mismatches = sum(
         1
@@ -165,6 +181,8 @@ def level_metrics(level: LevelRun) -> LevelMetrics:
         ttft_s=distribution(ttft),
         tpot_s=distribution(tpot),
         itl_s=distribution(itl),
+        ttfa_s=distribution(ttfa),
+        reasoning_tokens=distribution([r.thinking_tokens for r in ok] if reasoned else []),
         latency_s=distribution([r.latency for r in ok]),
         client_delay_s=distribution(
             [d for r in level.records if (d := r.client_delay) is not None]
