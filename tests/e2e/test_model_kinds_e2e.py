@@ -84,10 +84,13 @@ def assert_every_shipped_figure_measured(profile: str, output: Path) -> dict:
 
 def test_instruct_model_through_chat_passes_both_suites(tmp_path):
     """SmolLM2 Instruct on llama.cpp: known answers through chat, a natural end of sequence
-    (no bias), and prompts of exactly input_len tokens counted after the chat template."""
+    (no bias), structured output (response_format: a JSON Schema, which llama.cpp turns
+    into a grammar, and JSON-object mode; every answer valid, streamed and not), and
+    prompts of exactly input_len tokens counted after the chat template."""
     require_smollm2()
     code, out = both_suites("llamacpp-smollm2-chat", tmp_path)
     assert code == 0, out[-6000:]
+    assert "suites/correctness/test_structured.py .." in out, out[-6000:]  # both passed
     run = assert_every_shipped_figure_measured("llamacpp-smollm2-chat", tmp_path)
     for level in run["measurements"]["sweep"]["levels"]:
         assert level["metrics"]["input_tokens_mean"] == 128  # usage.prompt_tokens, template in
@@ -281,6 +284,10 @@ def test_speculative_vllm_streams_several_tokens_per_chunk_and_refuses_logit_bia
     assert "tokens per chunk" in out
     judged = {check["key"] for check in run["checks"]}
     assert "sweep.c1.accept_rate" in judged
+    # guided decoding with speculation on: every structured answer valid (the run passed,
+    # neither check skipped), the backend said by the first
+    assert "perfgate: structured output: guided-decoding backend auto" in out
+    assert "SKIPPED [1] suites/correctness/test_structured.py" not in out
 
     assert eos_code == 0, eos_out[-6000:]
     assert "end-of-sequence check cannot run on this base model here" in eos_out

@@ -36,6 +36,9 @@ def test_sglang_passes_both_suites_and_one_running_request_fails_naming_it(tmp_p
     out = record.stdout + record.stderr
     assert record.returncode == 0, out[-6000:]
     assert "perfgate: sglang 0.5.23 ready" in out
+    # structured output through its grammar backend: every answer valid, the backend said
+    assert "perfgate: structured output: guided-decoding backend xgrammar" in out
+    assert "SKIPPED [1] suites/correctness/test_structured.py" not in out
     run = json.loads(runs_in(tmp_path / "rec")[-1].read_text())
     assert run["status"] == "passed" and run["engine"] == "sglang"
     facts = {key: fact["value"] for key, fact in run["facts"].items()}

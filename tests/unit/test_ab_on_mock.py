@@ -270,3 +270,34 @@ def test_ab_rounds_and_single_requests_make_the_pairs_runs_shorter(tmp_path):
     single_a, single_b = run.measure_single("single", 5)
     assert {len(r.records) for r in single_a.levels + single_b.levels} == {2}
     assert a_server.prompts == b_server.prompts
+
+
+def test_servers_that_do_not_both_fit_stop_the_run_saying_to_alternate(tmp_path, monkeypatch):
+    """Both servers started here (not attached), and this host's memory nearly full with
+    both up (2% free, under the 5% floor): the run stops before any pair, a usage
+    problem (exit 4), saying to alternate; with room to spare it goes on and says what is
+    free. (This host's real numbers: tests/unit/test_hardware.py reads /proc/meminfo's
+    and nvidia-smi's formats.)"""
+    import dataclasses
+
+    from perfgate.launch.hardware import FreeMemory
+
+    said: list[str] = []
+    run = ab(tmp_path, MockLlamaServer(), MockLlamaServer(), said)
+    for session in (run.a, run.b):  # as if started here: this host's memory holds both
+        local = session.profile.model_copy(update={"launcher": "process"})
+        session.settings = dataclasses.replace(session.settings, base_url=None, profile=local)
+    free = {"mib": 12_000.0}
+    monkeypatch.setattr(
+        "perfgate.run.ab.free_memory_here",
+        lambda: [FreeMemory("host memory", free["mib"], 24_000.0)],
+    )
+    run.check_fit()  # half free: fits
+    assert "perfgate: A and B both up; host memory: 11.7 of 23.4 GiB free" in said
+    free["mib"] = 480.0  # 2% free
+    with pytest.raises(ReferenceUnavailable, match="A and B do not both fit on this host"):
+        run.check_fit()
+    assert "host memory: 0.5 of 23.4 GiB free with both up" in run.reference_failed
+    assert "set [ab] colocate = false in B's profile (or --alternate)" in run.reference_failed
+    outcome = run.conclude(status=1)
+    assert outcome.exit_code == 4 and "B was not judged" in outcome.lines[0], outcome

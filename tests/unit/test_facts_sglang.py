@@ -96,6 +96,7 @@ def test_facts_of_a_real_sglang_0_5_23_log():
     assert facts["attention_backend"] == "torch_native"
     assert facts["arg.device"] == "cpu" and facts["arg.tp_size"] == 1
     assert facts["cuda_graphs"] is False  # "Decode batch, ... cpu graph: False"
+    assert facts["structured_output_backend"] == "xgrammar"  # its --grammar-backend
 
 
 def test_per_start_values_of_a_real_sglang_log_are_no_facts():

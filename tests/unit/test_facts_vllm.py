@@ -64,6 +64,7 @@ def test_cpu_default_capture_compiles():
     assert facts["compile_mode"] == "DYNAMO_TRACE_ONCE"
     assert facts["config.enforce_eager"] is False
     assert "cuda_graphs" not in facts
+    assert facts["structured_output_backend"] == "auto"  # the guided-decoding backend asked for
 
 
 def test_split_fields_round_trips_the_real_config_line():

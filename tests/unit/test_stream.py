@@ -252,3 +252,36 @@ async def test_a_stream_cut_after_the_response_began_is_a_failure_not_a_retry():
         record = await stream_request(client, request_body("completions", "m", "p", 1))
     assert not record.ok and record.reconnects == 0 and len(accepted) == 1
     assert record.status == 200 and "RemoteProtocolError" in (record.error or "")
+
+
+async def test_streamed_tool_calls_are_joined_by_index_and_bear_tokens():
+    """Two parallel calls streamed in pieces, as OpenAI-compatible servers send them (the
+    id and name once, the arguments' JSON in fragments; written here from the API's
+    shape): each call whole, in index order; their chunks bear tokens, and the first is
+    where the answer starts."""
+    clock = FakeClock(0.0)
+
+    def call(index, **piece):
+        return chat_chunk({"tool_calls": [{"index": index, **piece}]})
+
+    script = [
+        (0.1, chat_chunk({"role": "assistant"})),
+        (0.2, call(0, id="c0", type="function", function={"name": "get_weather", "arguments": ""})),
+        (0.3, call(0, function={"arguments": '{"city": '})),
+        (0.4, call(0, function={"arguments": '"Paris"}'})),
+        (0.5, call(1, id="c1", type="function", function={"name": "get_weather"})),
+        (0.6, call(1, function={"arguments": '{"city": "Rome"}'})),
+        (0.7, chat_chunk({}, finish="tool_calls")),
+        (0.8, sse("[DONE]")),
+    ]
+    async with client_for(clock, script) as client:
+        record = await stream_request(
+            client, request_body("chat", "m", "p", 32), api="chat", clock=clock
+        )
+    assert record.ok and record.finish_reason == "tool_calls"
+    assert record.tool_calls == [
+        {"id": "c0", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+        {"id": "c1", "name": "get_weather", "arguments": '{"city": "Rome"}'},
+    ]
+    assert record.text == "" and len(record.token_times) == 5
+    assert record.ttft == record.ttfa == pytest.approx(0.2)

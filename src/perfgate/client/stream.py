@@ -2,8 +2,9 @@
 
 Timestamps come from an injectable clock (``time.perf_counter`` by default) taken
 when bytes arrive, before parsing. A chunk is *token-bearing* when it carries
-content or reasoning text; role-only, empty and usage-only chunks are not. The first chunk
-that carries answer text (content, or a completion's text) is kept as ``answer_chunk``:
+content, reasoning text or a piece of a tool call; role-only, empty and usage-only chunks
+are not. The first chunk that carries answer text (content, a completion's text, or a tool
+call) is kept as ``answer_chunk``:
 time to the first answer token (TTFA) skips a reasoning model's thinking, TTFT does not.
 
 TTFT and latency count from ``sent``, when the request's last byte was written to
@@ -60,6 +61,7 @@ class RequestRecord:
     answer_chunk: int | None = None  # index in token_times of the first answer-bearing chunk
     reasoning_chunks: int = 0  # token-bearing chunks that carried reasoning text
     reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
+    tool_calls: list[dict[str, str]] | None = None  # streamed calls: id, name, arguments
 
     @property
     def ok(self) -> bool:
@@ -154,7 +156,15 @@ def request_body(
 class _Parser:
     """Applies parsed chunks to a record; kept apart from I/O so it stays cheap."""
 
-    __slots__ = ("api", "done", "reasoning_fields", "reasoning_parts", "record", "text_parts")
+    __slots__ = (
+        "api",
+        "calls",
+        "done",
+        "reasoning_fields",
+        "reasoning_parts",
+        "record",
+        "text_parts",
+    )
 
     def __init__(self, record: RequestRecord, api: Api, reasoning_fields: tuple[str, ...]) -> None:
         self.record = record
@@ -162,6 +172,7 @@ class _Parser:
         self.reasoning_fields = reasoning_fields
         self.text_parts: list[str] = []
         self.reasoning_parts: list[str] = []
+        self.calls: dict[int, dict[str, str]] = {}
         self.done = False
 
     def event(self, data: str, now: float) -> None:
@@ -190,21 +201,24 @@ class _Parser:
         if "timings" in chunk:
             self.record.server_timings = chunk["timings"]
         for choice in chunk.get("choices") or ():
+            calls = None
             if self.api == "chat":
                 delta = choice.get("delta") or {}
                 piece = delta.get("content")
                 thought = None
                 for name in self.reasoning_fields:
                     thought = delta.get(name) or thought
+                if calls := delta.get("tool_calls"):
+                    self.tool_call_parts(calls)
             else:
                 piece = choice.get("text")
                 thought = None
-            if piece or thought:
+            if piece or thought or calls:
                 record = self.record
                 record.token_times.append(now)
+                if (piece or calls) and record.answer_chunk is None:
+                    record.answer_chunk = len(record.token_times) - 1
                 if piece:
-                    if record.answer_chunk is None:
-                        record.answer_chunk = len(record.token_times) - 1
                     self.text_parts.append(piece)
                 if thought:
                     record.reasoning_chunks += 1
@@ -213,7 +227,23 @@ class _Parser:
             if reason:
                 self.record.finish_reason = reason
 
+    def tool_call_parts(self, parts: list[Any]) -> None:
+        """Streamed tool calls arrive in pieces, by ``index``: the id and name once, the
+        arguments' JSON text in fragments."""
+        for part in parts:
+            if not isinstance(part, dict):
+                continue
+            call = self.calls.setdefault(
+                part.get("index", 0), {"id": "", "name": "", "arguments": ""}
+            )
+            call["id"] = part.get("id") or call["id"]
+            function = part.get("function") or {}
+            call["name"] += function.get("name") or ""
+            call["arguments"] += function.get("arguments") or ""
+
     def close(self) -> None:
+        if self.calls:
+            self.record.tool_calls = [self.calls[i] for i in sorted(self.calls)]
         self.record.text = "".join(self.text_parts)
         self.record.reasoning = "".join(self.reasoning_parts)
         if self.record.error is None and self.record.finish_reason is None:

@@ -46,6 +46,7 @@ class Answer:
     chunks: int | None = None  # token-bearing chunks; streamed answers only
     error: str | None = None
     reasoning_tokens: int | None = None  # thinking tokens, where the server or stream says
+    tool_calls: list[dict[str, str]] | None = None  # each call's id, name and arguments text
 
     @property
     def first_line(self) -> str:
@@ -122,18 +123,23 @@ class Asker:
             raise
         choice = body["choices"][0]
         usage = body.get("usage") or {}
+        calls = None
         if self.api == "chat":
             message = choice.get("message") or {}
             content, reasoning = message.get("content") or "", message_reasoning(message)
+            calls = message_tool_calls(message)
         else:
             content, reasoning = choice.get("text") or "", ""
+        details = usage.get("completion_tokens_details") or {}
         return Answer(
             content=content,
             reasoning=reasoning,
             finish_reason=choice.get("finish_reason"),
             completion_tokens=usage.get("completion_tokens"),
             prompt_tokens=usage.get("prompt_tokens"),
-            reasoning_tokens=(usage.get("completion_tokens_details") or {}).get("reasoning_tokens"),
+            # a count only: vLLM 0.32 says 0 beside the reasoning it returned
+            reasoning_tokens=details.get("reasoning_tokens") or None,
+            tool_calls=calls,
         )
 
     def stream(
@@ -152,6 +158,7 @@ class Asker:
             chunks=len(record.token_times),
             error=record.error,
             reasoning_tokens=record.thinking_tokens if record.reasoning else None,
+            tool_calls=record.tool_calls,
         )
 
     def natural_end_problems(self, answer: Answer, answer_tokens: int) -> list[str]:
@@ -169,6 +176,20 @@ class Asker:
         if leaked := leaked_markers(answer.content):
             problems.append(f"end-of-sequence markers leaked into the text: {leaked}")
         return problems
+
+
+def message_tool_calls(message: dict[str, Any]) -> list[dict[str, str]] | None:
+    """A non-streamed message's tool calls as the stream's (id, name, arguments text)."""
+    calls = [
+        {
+            "id": call.get("id") or "",
+            "name": (call.get("function") or {}).get("name") or "",
+            "arguments": (call.get("function") or {}).get("arguments") or "",
+        }
+        for call in message.get("tool_calls") or ()
+        if isinstance(call, dict)
+    ]
+    return calls or None
 
 
 def _error_message(response: httpx.Response) -> str:

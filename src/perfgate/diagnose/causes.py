@@ -55,6 +55,7 @@ RULES: dict[str, FactRule] = {
     "draft_model": FactRule("draft model", 76),
     "spec_synthetic": FactRule("synthetic (benchmark-only) acceptance", 77),
     "attention_backend": FactRule("attention backend", 70),
+    "structured_output_backend": FactRule("structured-output (guided decoding) backend", 52),
     "kv_cache_tokens": FactRule("KV cache size (tokens)", 60),
     "max_concurrency": FactRule("maximum concurrency at full context", 55),
     "max_running_requests": FactRule("maximum running requests", 55),

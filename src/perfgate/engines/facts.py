@@ -146,6 +146,7 @@ def arg_values(args: dict[str, Any]) -> dict[str, FactValue]:
         put("custom_all_reduce", False)
     put("attention_backend", args.get("attention_backend"))
     put("kv_cache_dtype", args.get("kv_cache_dtype"))
+    put("structured_output_backend", args.get("grammar_backend"))  # SGLang's
     spec = args.get("speculative_config")
     if isinstance(spec, str):
         try:

@@ -114,6 +114,11 @@ def _engine_config(match: re.Match[str]) -> dict[str, FactValue]:
     )
     if spec:
         found["spec_method"], found["spec_num_tokens"] = spec[1], int(spec[2])
+    structured = re.match(
+        r"StructuredOutputsConfig\(backend='(\w+)'", config.get("structured_outputs_config", "")
+    )
+    if structured:
+        found["structured_output_backend"] = structured[1]
     compilation = config.get("compilation_config", "")
     if compile_mode := re.match(r"\{'mode': <CompilationMode\.(\w+)", compilation):
         found["compile_mode"] = compile_mode[1]

@@ -63,6 +63,18 @@ class CorrectnessSpec(Strict):
         description="Tokens a reasoning model may spend thinking before its answer, added to "
         "every check's answer budget (reasoning = true only).",
     )
+    structured_output: bool = Field(
+        False,
+        description="Check structured output (chat): answers asked for with response_format "
+        "(a JSON Schema, and JSON-object mode) must parse and validate, streamed and not.",
+    )
+    structured_min_valid: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Share of structured answers that must parse and validate (guided "
+        "decoding makes every answer valid: 1.0).",
+    )
     eos_token_id: int | None = Field(
         None,
         description="The model's end-of-sequence token. A base model rarely ends on its own: "
