@@ -35,6 +35,8 @@ class Engine:
     metric_map: ClassVar[MetricMap] = MetricMap()  # /metrics names of the vocabulary
     title: ClassVar[str | None] = None  # how a profile's description names it (default: name)
     version_source: ClassVar[str] = "the server"  # where version() reads it, for perfgate init
+    # how to start the server so that calls come back parsed (the tool-call check's advice)
+    tool_call_setup: ClassVar[str] = "turn on the server's tool-call parsing for this model"
 
     def prepare_model(self, profile: Profile) -> str:
         """The local path of the weights the server loads (converted where the engine

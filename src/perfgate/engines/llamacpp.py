@@ -216,6 +216,10 @@ class LlamaCpp(Engine):
         r"accept|spec|draft|n_threads|n_slots|n_ctx|KV|flash|offload|usable GPU|cuda ?graph"
     )
     title: ClassVar[str | None] = "llama.cpp"
+    tool_call_setup: ClassVar[str] = (
+        "start llama-server with --jinja, and a chat template that supports tools "
+        "(--chat-template-file)"
+    )
     version_source: ClassVar[str] = "/props build_info"
 
     def launch_command(

@@ -190,6 +190,7 @@ class SGLang(Engine):
     )
     log_patterns: ClassVar[tuple[LogPattern, ...]] = SGLANG_LOG
     title: ClassVar[str | None] = "SGLang"
+    tool_call_setup: ClassVar[str] = "start SGLang with --tool-call-parser <the model's parser>"
     version_source: ClassVar[str] = "/server_info"
 
     def prepare_model(self, profile: Profile) -> str:

@@ -235,6 +235,10 @@ class VLLM(Engine):
     )
     log_patterns: ClassVar[tuple[LogPattern, ...]] = VLLM_LOG
     title: ClassVar[str | None] = "vLLM"
+    tool_call_setup: ClassVar[str] = (
+        "start vLLM with --enable-auto-tool-choice --tool-call-parser <the model's parser> "
+        "(vllm serve --help=all lists them)"
+    )
     version_source: ClassVar[str] = "/version"
 
     def prepare_model(self, profile: Profile) -> str:

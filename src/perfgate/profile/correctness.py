@@ -75,6 +75,22 @@ class CorrectnessSpec(Strict):
         description="Share of structured answers that must parse and validate (guided "
         "decoding makes every answer valid: 1.0).",
     )
+    tool_calls: bool = Field(
+        False,
+        description="Check tool calls (chat): offered functions with JSON Schema parameters; "
+        "a call comes back parsed (finish_reason tool_calls, an offered name, arguments valid "
+        "against the schema, no call text in content), the same streamed and not, and a "
+        "follow-up turn uses the tool's result.",
+    )
+    tool_choice: Literal["auto", "required"] = Field(
+        "auto",
+        description="tool_choice of the prompts that need a call. 'auto' also checks that a "
+        "prompt needing none gets none; 'required' makes the server force a call (a model "
+        "too small to decide by itself).",
+    )
+    parallel_tool_calls: bool = Field(
+        False, description="Also ask for two calls at once (parallel_tool_calls)."
+    )
     eos_token_id: int | None = Field(
         None,
         description="The model's end-of-sequence token. A base model rarely ends on its own: "
