@@ -27,7 +27,7 @@ api = "chat"
 input_len = 16
 output_len = 16
 levels = [4]
-rounds = 4
+rounds = 2
 single_requests = 3
 warmup = 1
 

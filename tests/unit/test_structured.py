@@ -18,17 +18,17 @@ CAPITAL = DATA["schema_cases"][0]["schema"]
 
 
 def test_a_valid_answer_has_no_problem():
-    assert schema_problems('{"city": "Paris", "population": 2100000}', CAPITAL) == []
+    assert schema_problems('{"city": "Paris", "country": "France"}', CAPITAL) == []
 
 
 @pytest.mark.parametrize(
     ("text", "named"),
     [
         ("The capital of France is Paris.", "not JSON"),  # response_format ignored
-        ('{"city": "Paris"}', "'population' is a required property"),
-        ('{"city": "Paris", "population": "2 million"}', "at population: '2 million' is not"),
-        ('{"city": "Paris", "population": 1, "country": "FR"}', "Additional properties"),
-        ('{"city": "Paris", "popul', "not JSON"),  # cut at max_tokens
+        ('{"city": "Paris"}', "'country' is a required property"),
+        ('{"city": "Paris", "country": 7}', "at country: 7 is not of type 'string'"),
+        ('{"city": "Paris", "country": "France", "population": 2}', "Additional properties"),
+        ('{"city": "Paris", "coun', "not JSON"),  # cut at max_tokens
     ],
 )
 def test_each_way_an_answer_misses_its_schema_is_named(text, named):
