@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.correctness.asking import Refused
 from perfgate.correctness.structured import object_problems, response_format, schema_problems
 
 pytestmark = [pytest.mark.correctness, pytest.mark.perf]
@@ -31,12 +30,9 @@ def structured(perfgate_session):
 def asked(asker, prompt: str, fmt: dict, *, stream: bool):
     """The answer to ``prompt`` with ``response_format`` ``fmt``; a refusal or a failed
     stream fails the check saying what the server answered."""
-    params = {"answer_tokens": ANSWER_TOKENS, "temperature": 0, "response_format": fmt}
-    try:
-        answer = asker.stream(prompt, **params) if stream else asker.ask(prompt, **params)
-        error = answer.error
-    except Refused as exc:
-        answer, error = None, str(exc)
+    answer, error = asker.answer_or_error(
+        prompt, stream=stream, answer_tokens=ANSWER_TOKENS, temperature=0, response_format=fmt
+    )
     if error:
         pytest.fail(
             f"the server refused response_format {fmt['type']!r}: {error} (start it with "

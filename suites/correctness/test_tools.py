@@ -11,7 +11,6 @@ import json
 
 import pytest
 
-from perfgate.correctness.asking import Refused
 from perfgate.correctness.tools import call_problems, leaked_call, same_calls, tool
 
 pytestmark = [pytest.mark.correctness, pytest.mark.perf]
@@ -52,12 +51,9 @@ def setup(perfgate_session) -> str:
 def asked(asker, prompt: str, setup: str, *, stream: bool, **params):
     """The answer with ``tools`` offered; a refusal or a failed stream fails the check,
     saying what the server answered and how to start it."""
-    params = {"answer_tokens": ANSWER_TOKENS, "temperature": 0, "tools": TOOLS, **params}
-    try:
-        answer = asker.stream(prompt, **params) if stream else asker.ask(prompt, **params)
-        error = answer.error
-    except Refused as exc:
-        answer, error = None, str(exc)
+    answer, error = asker.answer_or_error(
+        prompt, stream=stream, answer_tokens=ANSWER_TOKENS, temperature=0, tools=TOOLS, **params
+    )
     if error:
         pytest.fail(f"the server refused a request offering tools: {error} ({setup})")
     return answer

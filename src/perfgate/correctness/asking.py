@@ -161,6 +161,20 @@ class Asker:
             tool_calls=record.tool_calls,
         )
 
+    def answer_or_error(
+        self, prompt: str, *, stream: bool, answer_tokens: int, **params: Any
+    ) -> tuple[Answer | None, str | None]:
+        """The answer, streamed or not, and why the server gave none (a 4xx refusal, a
+        failed stream), for checks that fail on either."""
+        try:
+            if stream:
+                answer = self.stream(prompt, answer_tokens=answer_tokens, **params)
+            else:
+                answer = self.ask(prompt, answer_tokens=answer_tokens, **params)
+        except Refused as exc:
+            return None, str(exc)
+        return answer, answer.error
+
     def natural_end_problems(self, answer: Answer, answer_tokens: int) -> list[str]:
         """What contradicts a natural end of sequence: finish_reason 'stop' with fewer
         tokens than the budget, an answer, and nothing of an end marker in the text."""
