@@ -76,7 +76,7 @@ def run_pytest(
     project holds. (The project's testpaths add tests/, whose thousand-odd tests pytest
     would import and deselect: about 2 s of each run here.)"""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    if not any(not arg.startswith("-") and (ROOT / arg).exists() for arg in args):
+    if not any(not arg.startswith("-") and (ROOT / arg.split("::")[0]).exists() for arg in args):
         args = (*args, "suites")
     return subprocess.run(
         [sys.executable, "-m", "pytest", *args],
