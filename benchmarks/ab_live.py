@@ -81,15 +81,18 @@ def spin(seconds: float) -> None:
 def run_ab(project: Path, a: str, b: str, output: str, *flags: str) -> dict:
     """One `perfgate ab A B` in ``project``: its exit code, wall time and run JSON."""
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "perfgate.cli", "ab", a, b, f"--output={output}", *flags],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    log = project / f"{output}.log"
+    print(f"ab_live: its output, as it runs: tail -f {log}", flush=True)
+    with log.open("w") as handle:  # written as it goes: progress, and evidence on failure
+        done = subprocess.run(
+            [sys.executable, "-m", "perfgate.cli", "ab", a, b, f"--output={output}", *flags],
+            cwd=project,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
     wall = time.monotonic() - started
-    (project / f"{output}.log").write_text(done.stdout + done.stderr)
+    said = log.read_text()
     runs = sorted((project / output / "runs").glob("*.json"))
     run = json.loads(runs[-1].read_text()) if runs else {}
     checks = run.get("checks", [])
@@ -101,7 +104,7 @@ def run_ab(project: Path, a: str, b: str, output: str, *flags: str) -> dict:
         "b_over_a_pct": {c["key"]: c.get("delta_pct") for c in checks},
         "pairs": {c["key"]: c.get("samples") for c in checks},
         "causes": run.get("diagnosis", {}).get("causes", []),
-        "tail": (done.stdout + done.stderr)[-1500:],
+        "tail": said[-1500:],
     }
 
 
