@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -70,12 +69,14 @@ def write_profile(project: Path, source: str, name: str, extra_args: str = "", *
     return name
 
 
-def spin(seconds: float) -> None:
-    """Hold one core busy for ``seconds`` (a child process, stopped by its pid)."""
+def spin(seconds: float) -> subprocess.Popen:
+    """A child process holding one core busy for ``seconds`` (stopped by its pid then, or
+    by the caller once the run ends, whichever comes first)."""
     child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    timer = threading.Timer(seconds, lambda: os.kill(child.pid, signal.SIGKILL))
+    timer = threading.Timer(seconds, child.kill)
     timer.daemon = True
     timer.start()
+    return child
 
 
 def run_ab(project: Path, a: str, b: str, output: str, *flags: str) -> dict:
@@ -111,9 +112,13 @@ def run_ab(project: Path, a: str, b: str, output: str, *flags: str) -> dict:
 def one_run(case: str, lever: str, busy_s: float, project: Path, n: int) -> dict:
     if case in ("aa", "busy"):
         a = b = write_profile(project, DEFAULT, "reference")
-        if case == "busy":
-            spin(busy_s)
-        return run_ab(project, a, b, f"{case}-{n}")
+        if case == "aa":
+            return run_ab(project, a, b, f"{case}-{n}")
+        spinner = spin(busy_s)
+        try:
+            return run_ab(project, a, b, f"{case}-{n}")
+        finally:
+            spinner.kill()  # a run shorter than busy_s: no spinner outlives it
     if case in ("slower", "lever"):
         a = write_profile(project, DEFAULT, "reference")
         b = write_profile(project, DEFAULT, f"slower-{lever}", LEVERS[lever])
@@ -162,7 +167,7 @@ def main() -> None:
             handle.write(json.dumps(result) + "\n")
         results.append(result)
         if not args.keep:
-            subprocess.run(["rm", "-rf", str(project)], check=False)
+            shutil.rmtree(project, ignore_errors=True)
     print(f"\n{'run':>4} | {'exit':>4} | {'wall s':>6} | failing figures (B/A %)")
     for r in results:
         failing = [
