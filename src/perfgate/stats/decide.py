@@ -8,11 +8,11 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from perfgate.stats.distributions import (
-    STANDARD_NORMAL,
     VALUE_FLOOR,
     combined_df,
     f_cdf,
     median,
+    normal_cdf,
     normal_grid,
     t_quantile,
     widened,
@@ -214,10 +214,7 @@ def _early_offset(sigma: float, df: float, base: float, n: int, chance: float) -
     def passes(x: float) -> float:
         if sd <= 0:
             return math.fsum(w for z, w in grid if z * base > x)
-        return math.fsum(
-            w * (1 - STANDARD_NORMAL.cdf(max(-40.0, min(40.0, (x - z * base) / sd)))) ** n
-            for z, w in grid
-        )
+        return math.fsum(w * (1 - normal_cdf((x - z * base) / sd)) ** n for z, w in grid)
 
     low, high = 0.0, 12 * (sd + base) + 1e-9
     for _ in range(40):

@@ -163,6 +163,7 @@ def _signed_rank_cdf(n: int) -> tuple[float, ...]:
     return tuple(out)
 
 
+@lru_cache(maxsize=1024)
 def walsh_rank(n: int, confidence: float) -> int:
     """The largest k whose k-th lowest Walsh average of n runs lies below the runs' median
     with at least ``confidence`` (Wilcoxon's signed-rank bound, for noise symmetric in

@@ -9,8 +9,8 @@ from functools import lru_cache
 
 from perfgate.stats.decide import Comparison, Rule, early_offset
 from perfgate.stats.distributions import (
-    STANDARD_NORMAL,
     VALUE_FLOOR,
+    normal_cdf,
     normal_grid,
     t_quantile,
     widened,
@@ -25,18 +25,33 @@ def _above(threshold: float, drift: float, noise: Noise) -> float:
     sigma = widened(noise.sigma, noise.df)
     if sigma <= 0:
         return 1.0 if drift > threshold else 0.0
-    return STANDARD_NORMAL.cdf(max(-40.0, min(40.0, (drift - threshold) / sigma)))
+    return normal_cdf((drift - threshold) / sigma)
+
+
+@lru_cache(maxsize=256)
+def _bound_shape(n: int, near: float) -> tuple[float, float]:
+    """The Hodges-Lehmann estimate's sd of n runs per unit of noise sigma, √(π/3n), and
+    the t quantile its signed-rank bound lies below it."""
+    return math.sqrt(math.pi / (3 * n)), t_quantile(near, n - 1)
+
+
+@lru_cache(maxsize=256)
+def _bound_looks(rule: Rule) -> tuple[int, ...]:
+    """The looks (run counts, min_runs up to max_runs) where a signed-rank bound exists."""
+    first = max(1, rule.min_runs)
+    return tuple(n for n in range(first, rule.max_runs + 1) if walsh_rank(n, rule.near))
 
 
 def _signed_rank_pass(n: int, drift: float, threshold: float, noise: Noise, rule: Rule) -> float:
     """About the chance that the signed-rank lower bound of n runs clears ``threshold``:
     the Hodges-Lehmann estimate has sd sigma·√(π/3n) for normal noise, and the bound lies
     a t quantile of that below it."""
-    sd = noise.sigma * math.sqrt(math.pi / (3 * n))
+    unit_sd, t = _bound_shape(n, rule.near)
+    sd = noise.sigma * unit_sd
     if sd <= 0:
         return 1.0 if drift > threshold else 0.0
-    z = (drift - threshold - t_quantile(rule.near, n - 1) * sd) / sd
-    return STANDARD_NORMAL.cdf(max(-40.0, min(40.0, z)))
+    z = (drift - threshold - t * sd) / sd
+    return normal_cdf(z)
 
 
 def _pass_at_looks(
@@ -54,11 +69,7 @@ def _pass_at_looks(
     first = max(1, rule.min_runs)
     sooner = sum(_above(limit, drift, noise) ** n for n, limit in early)
     sooner += 0.0 if walsh_rank(first, rule.near) else _above(threshold, drift, noise) ** first
-    later = [
-        _signed_rank_pass(n, drift, threshold, noise, rule)
-        for n in range(first, rule.max_runs + 1)
-        if walsh_rank(n, rule.near)
-    ]
+    later = [_signed_rank_pass(n, drift, threshold, noise, rule) for n in _bound_looks(rule)]
     return min(1.0, sooner + max(later, default=0.0))
 
 
@@ -125,16 +136,18 @@ def derived_tolerance(
     t_near = t_quantile(rule.near, df)
     median_sd = standard_error(noise, n)
 
+    has_bound = walsh_rank(n, rule.near) > 0
+
     def misses(limit: float) -> float:
         total = 0.0
         for node, weight in _COARSE_NODES:  # the shift is narrower than the noise
             drift = -node * base
-            if walsh_rank(n, rule.near):
+            if has_bound:
                 by_runs = 1 - _signed_rank_pass(n, drift, limit + margin, noise, rule)
             else:
                 by_runs = 1 - _above(limit + margin, drift, noise) ** n
             z = (drift - limit - t_near * sd) / median_sd if median_sd > 0 else 40.0
-            by_median = 1 - STANDARD_NORMAL.cdf(max(-40.0, min(40.0, z)))
+            by_median = 1 - normal_cdf(z)
             total += weight * min(1.0, by_runs + by_median)
         return total
 
