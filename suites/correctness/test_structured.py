@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.correctness.structured import object_problems, response_format, schema_problems
+from perfgate.client.answers import object_problems, response_format, schema_problems
 
 pytestmark = [pytest.mark.correctness, pytest.mark.perf]
 DATA = json.loads((Path(__file__).parent / "data" / "structured.json").read_text())

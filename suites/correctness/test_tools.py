@@ -11,20 +11,11 @@ import json
 
 import pytest
 
-from perfgate.correctness.tools import call_problems, leaked_call, same_calls, tool
+from perfgate.client.answers import call_problems, leaked_call, same_calls
+from perfgate.workload.kinds.tool_calls import WEATHER  # the tool-calls workload's own
 
 pytestmark = [pytest.mark.correctness, pytest.mark.perf]
 ANSWER_TOKENS = 128
-WEATHER = tool(
-    "get_weather",
-    "Get the current weather in a city.",
-    {
-        "type": "object",
-        "properties": {"city": {"type": "string", "description": "The city", "maxLength": 40}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-)
 TOOLS = [WEATHER]
 ONE_CALL = "What is the weather in Paris right now?"
 TWO_CALLS = "What is the weather right now in Paris, and in Rome?"

@@ -97,6 +97,35 @@ def test_instruct_model_through_chat_passes_both_suites(tmp_path):
     assert not any("approximate" in note for note in run["notes"]), run["notes"]
 
 
+def test_structured_prompts_under_load_are_every_one_valid_on_llamacpp(tmp_path):
+    """The ``structured`` workload on the real server: every request of every level asks
+    for a JSON answer against a schema (response_format, a grammar in llama.cpp) while
+    others run beside it; every answer is valid (``schema_valid_rate`` 100% at C=1 and
+    C=2), shown in the level's table. (A server that ignores response_format, so the rate
+    falls and the gate fails: tests/unit/test_answers_under_load.py, on the mock.)"""
+    require_smollm2()
+    profile = variant(
+        "llamacpp-smollm2-chat",
+        tmp_path,
+        'api = "chat"\n',
+        'api = "chat"\nprompts = "structured"\n',
+    )
+    floor = floor_baselines(profile)
+    code, out = perfgate_run(
+        "perf", profile, tmp_path / "o", "-k", "sweep", floor, "--perf-repeats=1"
+    )
+    assert code == 0, out[-6000:]
+    assert "Schema valid" in out, out[-6000:]  # the level table's column
+    levels = last_run(tmp_path / "o")["measurements"]["sweep"]["levels"]
+    assert {level["concurrency"] for level in levels} == {1, 2}
+    for level in levels:
+        assert level["metrics"]["schema_valid_rate"] == 1.0, level["metrics"]
+        for record in level["records"]:
+            assert record["schema_valid"] is True and record["finish_reason"] == "stop", record
+            answer = json.loads(record["text"])
+            assert set(answer) == {"city", "country"}, answer
+
+
 def test_instruct_model_with_a_wrong_chat_template_fails_known_answers(tmp_path):
     """The same model given another model's chat template (Gemma's turns): the known
     answers fail, with the answers shown."""

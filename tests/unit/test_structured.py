@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.correctness.structured import object_problems, response_format, schema_problems
+from perfgate.client.answers import object_problems, response_format, schema_problems
 
 DATA = json.loads(
     (Path(__file__).parents[2] / "suites" / "correctness" / "data" / "structured.json").read_text()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfgate.correctness.tools import call_problems, leaked_call, same_calls, tool
+from perfgate.client.answers import call_problems, leaked_call, same_calls, tool
 
 WEATHER = tool(
     "get_weather",

@@ -62,6 +62,10 @@ class RequestRecord:
     reasoning_chunks: int = 0  # token-bearing chunks that carried reasoning text
     reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
     tool_calls: list[dict[str, str]] | None = None  # streamed calls: id, name, arguments
+    # the answer judged against what its request asked (None: it asked for nothing):
+    # JSON valid against its response_format; a valid call of an offered function
+    schema_valid: bool | None = None
+    tool_call_valid: bool | None = None
 
     @property
     def ok(self) -> bool:

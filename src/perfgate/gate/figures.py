@@ -24,6 +24,9 @@ the run's value over its successful requests:
 - ``slo_met``, ``goodput_tok_s``: the share of requests that met the profile's service
   levels (``[slo]``), and their output tokens per second; chosen whenever a profile sets
   service levels.
+- ``schema_valid_rate``, ``tool_call_valid_rate``: the share of requests whose answer met
+  what it asked (JSON valid against its ``response_format``; a valid call of an offered
+  function); chosen whenever the workload's prompts ask (``structured``, ``tool-calls``).
 
 The server's own view of the run (``/metrics`` sampled through the level,
 :mod:`perfgate.measure.server`; chosen like the ones above):
@@ -264,6 +267,40 @@ SLO_FIGURES: tuple[Figure, ...] = (
 )
 
 
+NO_SCHEMA = 'the requests asked for no response_format (workload.prompts = "structured")'
+NO_TOOLS = 'the requests offered no tools (workload.prompts = "tool-calls")'
+
+
+ANSWER_FIGURES: tuple[Figure, ...] = (  # chosen whenever the workload's prompts ask
+    Figure(
+        "schema_valid_rate",
+        "Schema valid",
+        "",
+        "higher",
+        0.02,
+        NO_SCHEMA,
+        lambda run: run.metrics.schema_valid_rate,
+        chosen=True,
+        percent=True,
+        width=12,
+        decimals=1,
+    ),
+    Figure(
+        "tool_call_valid_rate",
+        "Calls valid",
+        "",
+        "higher",
+        0.02,
+        NO_TOOLS,
+        lambda run: run.metrics.tool_call_valid_rate,
+        chosen=True,
+        percent=True,
+        width=12,
+        decimals=1,
+    ),
+)
+
+
 def _server(read: Callable[[ServerSeries], float | None]) -> Callable[[LevelData], float | None]:
     def value(run: LevelData) -> float | None:
         return read(run.server) if run.server is not None else None
@@ -410,6 +447,7 @@ CHOSEN: list[Figure] = [
         chosen=True,
     ),
     *SLO_FIGURES,
+    *ANSWER_FIGURES,
     *SERVER_FIGURES,
 ]
 

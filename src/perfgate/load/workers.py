@@ -21,6 +21,13 @@ from typing import Any, Protocol
 import httpx
 
 from perfgate.client import Api, RequestRecord, encode_body, request_body, stream_request
+from perfgate.client.answers import (
+    Tool,
+    asked_schema,
+    meets_schema,
+    offered_tools,
+    valid_tool_answer,
+)
 from perfgate.client.stream import Unparsed, send_streamed
 from perfgate.client.wire import Endpoint, WireConnection, header_lines
 
@@ -38,9 +45,15 @@ class RequestPlan:
     # the server's API key and extra headers (:meth:`perfgate.profile.Profile.request_headers`)
     headers: dict[str, str] = field(default_factory=dict, repr=False)
     head_lines: bytes = field(init=False, repr=False, compare=False)
+    # what every answer is judged against, from ``extras``: a response_format's schema,
+    # the offered functions (None: not asked)
+    schema: dict[str, Any] | None = field(init=False, repr=False, compare=False)
+    tools: list[Tool] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "head_lines", header_lines(self.headers))
+        object.__setattr__(self, "schema", asked_schema(self.extras))
+        object.__setattr__(self, "tools", offered_tools(self.extras))
 
     def body(
         self,
@@ -70,8 +83,9 @@ class RequestPlan:
         """
         if not record.ok:
             return None
-        if record.finish_reason not in ("stop", "length"):
-            return f"finish_reason {record.finish_reason!r} (expected stop or length)"
+        ends = ("stop", "length", "tool_calls") if self.tools else ("stop", "length")
+        if record.finish_reason not in ends:
+            return f"finish_reason {record.finish_reason!r} (expected {' or '.join(ends)})"
         asked = output_len or self.output_len
         if self.extras.get("ignore_eos") and record.output_tokens < asked:
             return (
@@ -81,9 +95,14 @@ class RequestPlan:
         return None
 
     def checked(self, record: RequestRecord, output_len: int | None = None) -> RequestRecord:
-        """The record, failed where its output does not count."""
+        """The record, failed where its output does not count; a counted answer judged
+        against what the plan asked (its schema, its offered functions)."""
         if (problem := self.output_problem(record, output_len)) is not None:
             record.error = problem
+        if record.ok and self.schema is not None:
+            record.schema_valid = meets_schema(record.text, self.schema)
+        if record.ok and self.tools is not None:
+            record.tool_call_valid = valid_tool_answer(record.text, record.tool_calls, self.tools)
         return record
 
 

@@ -17,6 +17,12 @@ Definitions (also in docs/metrics.md):
 - **reasoning tokens** of a request: ``usage.completion_tokens_details.reasoning_tokens``
   where the server gives it, else the chunks that carried reasoning text; a level has
   them only where some request reasoned.
+- **schema valid rate** (a workload whose requests carry a ``response_format``: prompts
+  ``structured``): the share of a level's successful requests whose answer is JSON valid
+  against the schema asked; **tool-call valid rate** (requests that offer ``tools``:
+  prompts ``tool-calls``): the share whose answer is a parsed call, each call of an
+  offered function with arguments valid against its parameters, and no call text left
+  in the content. A level has them only where its requests asked.
 - **client delay**: the harness's own time from starting a request to sending it
   (connection setup included); not part of TTFT or latency.
 - **open loop** (a request rate): TTFT and latency count from the request's scheduled
@@ -77,6 +83,16 @@ class LevelMetrics(BaseModel):
         description="Reasoning tokens per request (only where some request reasoned).",
     )
     latency_s: Distribution = Field(description="End-to-end request latency.")
+    schema_valid_rate: float | None = Field(
+        None,
+        description="Share of successful requests whose answer is JSON valid against the "
+        "response_format asked (None: the requests asked for none).",
+    )
+    tool_call_valid_rate: float | None = Field(
+        None,
+        description="Share of successful requests whose answer is a valid call of an "
+        "offered function, no call text in its content (None: no tools offered).",
+    )
     client_delay_s: Distribution = Field(
         default_factory=Distribution,
         description="The harness's time from starting a request to sending its last byte.",
@@ -151,6 +167,12 @@ def tokens_per_chunk(records: Sequence[RequestRecord]) -> float | None:
     return sum(r.completion_tokens or 0 for r in counted) / chunks if chunks else None
 
 
+def valid_rate(flags: Sequence[bool | None]) -> float | None:
+    """The share of True among the judged (not None) answers; None when none was judged."""
+    judged = [flag for flag in flags if flag is not None]
+    return sum(judged) / len(judged) if judged else None
+
+
 def level_metrics(level: LevelRun) -> LevelMetrics:
     """All figures of one level from its raw records."""
     ok = [r for r in level.records if r.ok]
@@ -184,6 +206,8 @@ def level_metrics(level: LevelRun) -> LevelMetrics:
         ttfa_s=distribution(ttfa),
         reasoning_tokens=distribution([r.thinking_tokens for r in ok] if reasoned else []),
         latency_s=distribution([r.latency for r in ok]),
+        schema_valid_rate=valid_rate([r.schema_valid for r in ok]),
+        tool_call_valid_rate=valid_rate([r.tool_call_valid for r in ok]),
         client_delay_s=distribution(
             [d for r in level.records if (d := r.client_delay) is not None]
         ),

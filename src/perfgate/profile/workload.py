@@ -44,7 +44,9 @@ class WorkloadSpec(Strict):
         description="Output length in tokens, forced with ignore_eos (dataset prompts: the "
         "most one asks for).",
     )
-    prompts: Literal["random", "shared-prefix", "dataset", "multi-turn"] = Field(
+    prompts: Literal[
+        "random", "shared-prefix", "dataset", "multi-turn", "structured", "tool-calls"
+    ] = Field(
         "random",
         description="random: seeded words, no two prompts share a prefix; shared-prefix: "
         "every prompt of a level run starts with the same prefix_len tokens (a long common "
@@ -52,7 +54,12 @@ class WorkloadSpec(Strict):
         "first user turns of a ShareGPT-style JSONL file, each asking for as many tokens "
         "as its reply there had; multi-turn: its conversations replayed turn after turn, "
         "each turn resending the earlier ones (a worker sends a conversation's turns in "
-        "order, each after the previous answer).",
+        "order, each after the previous answer); structured: seeded questions about a "
+        "city, each request asking for a JSON answer with a response_format (its JSON "
+        "Schema), every answer judged against it (schema_valid_rate, gated); tool-calls: "
+        "seeded weather questions, each request offering a get_weather function (tools, "
+        "tool_choice auto), every answer judged a valid call or not (tool_call_valid_rate, "
+        "gated). structured and tool-calls ask through chat (api = 'chat').",
     )
     prefix_len: int | None = Field(
         None, gt=0, description="Tokens of the common prefix (shared-prefix prompts only)."
@@ -146,6 +153,16 @@ class WorkloadSpec(Strict):
                 raise ValueError("range_ratio does not apply to dataset prompts (their own)")
         elif self.dataset is not None:
             raise ValueError('dataset applies to prompts = "dataset" or "multi-turn" only')
+        if self.prompts in ("structured", "tool-calls") and self.api != "chat":
+            raise ValueError(
+                f'prompts = "{self.prompts}" asks through chat (response_format and tools '
+                'are chat fields): set api = "chat" in [workload]'
+            )
+        if self.prompts in ("structured", "tool-calls") and self.range_ratio:
+            raise ValueError(
+                f'range_ratio does not apply to prompts = "{self.prompts}" (questions of '
+                "their own length, answers that end on their own)"
+            )
         return self
 
 

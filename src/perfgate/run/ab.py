@@ -35,6 +35,7 @@ from perfgate.render.ab import ab_table
 from perfgate.run.measuring import Lane
 from perfgate.run.plans import ABLifetimesPlan, ABPlan, Decision
 from perfgate.run.session import Gated, Outcome, PerfgateSession
+from perfgate.run.settings import chosen_figures
 
 USAGE = 4  # pytest's usage-error exit code: the reference could not run, B was not judged
 GOLDEN_PROMPTS = Path(perfgate.suites.__file__).parent / "correctness/data/golden_prompts.json"
@@ -102,7 +103,7 @@ class ABRun:
             self.policy = ABPolicy.build(
                 self.tolerance,
                 sum(len(levels) for levels in planned.values()) or 1,
-                b.profile.gate.figures,
+                chosen_figures(b.profile),
                 min_pairs=spec.min_pairs if options.min_pairs is None else options.min_pairs,
                 max_pairs=spec.max_pairs if options.max_pairs is None else options.max_pairs,
             )

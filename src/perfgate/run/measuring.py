@@ -70,7 +70,8 @@ class Measurer:
     @property
     def forced(self) -> bool:
         """Whether requests force their output length (``ignore_eos``)."""
-        return "ignore_eos" in self.server.completion_extras
+        forcing = "ignore_eos" in self.server.completion_extras
+        return forcing and not self.prompt_source.kind.ends_on_its_own
 
     def plan(self) -> RequestPlan:
         """What each measured request sends."""

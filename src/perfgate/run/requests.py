@@ -11,19 +11,24 @@ from perfgate.load.workers import RequestPlan
 from perfgate.measure.data import LevelData
 from perfgate.profile import Profile
 from perfgate.run.settings import BEHIND_SCHEDULE_S, RunSettings
-from perfgate.workload.kinds import PromptKind
+from perfgate.workload.kinds import PromptKind, prompt_kind
 
 
 def request_plan(settings: RunSettings, completion_extras: dict[str, object]) -> RequestPlan:
     """What each measured request sends: the workload's API and lengths, greedy, the
-    engine's fields that force the output length, the profile's own request fields."""
+    engine's fields that force the output length (unless the prompt kind's answers end
+    on their own), the prompt kind's fields (what each answer is judged against), the
+    profile's own request fields."""
     profile, w = settings.profile, settings.profile.workload
+    kind = prompt_kind(w.prompts)
+    forcing = {} if kind.ends_on_its_own else completion_extras
+    asked = kind.request_fields(w)
     return RequestPlan(
         api=w.api,
         model=profile.model.name,
         output_len=w.output_len,
         request_timeout_s=profile.timeouts.request_s,
-        extras={"temperature": 0, **completion_extras, **profile.server.request_fields},
+        extras={"temperature": 0, **forcing, **asked, **profile.server.request_fields},
         reasoning_fields=settings.engine.reasoning_fields,
         headers=settings.headers,
     )

@@ -14,6 +14,7 @@ from perfgate.gate.figures import CHOSEN, SLO_FIGURES, unknown_figures
 from perfgate.gate.policy import GatePolicy
 from perfgate.http_clients import NETWORK, HttpClients
 from perfgate.profile import Profile
+from perfgate.workload.kinds import prompt_kind
 
 Progress = Callable[[str], None]
 
@@ -39,6 +40,18 @@ BEHIND_SCHEDULE_S = 0.010  # an open-loop level whose requests left later than t
 SLO_NAMES = tuple(f.name for f in SLO_FIGURES)  # gated whenever a profile sets [slo]
 
 
+def chosen_figures(profile: Profile) -> tuple[str, ...]:
+    """Figures judged besides the default ones: the profile's own (``gate.figures``), the
+    service levels' where it sets ``[slo]``, and what its prompts' answers are judged on
+    (``schema_valid_rate`` for structured prompts, ``tool_call_valid_rate`` for tool
+    calls)."""
+    return (
+        *profile.gate.figures,
+        *(SLO_NAMES if profile.slo else ()),
+        *prompt_kind(profile.workload.prompts).figures,
+    )
+
+
 def gate_policy(
     profile: Profile,
     repeats: int,
@@ -57,7 +70,7 @@ def gate_policy(
         false_failure_rate=gate.false_failure_rate,
         retired=tuple(gate.retired),
         recording=recording,
-        figures=tuple(gate.figures) + (SLO_NAMES if profile.slo else ()),
+        figures=chosen_figures(profile),
         another_host=another_host,
     )
 

@@ -64,6 +64,16 @@ class PromptKind:
         """``draw.count`` prompts for the level run: the same for the same seed."""
         raise NotImplementedError
 
+    figures: tuple[str, ...] = ()  # figures judged whenever a profile's prompts are this kind
+    # True: each answer ends on its own (a JSON object closes, a call ends), so no field
+    # forces the output length (ignore_eos) and no answer is short
+    ends_on_its_own: bool = False
+
+    def request_fields(self, workload: WorkloadSpec) -> dict[str, Any]:
+        """Fields every request of this kind sends besides its prompt (``tools``, a
+        ``response_format``): what each answer is then judged against."""
+        return {}
+
     def one_length(self, workload: WorkloadSpec) -> bool:
         """Whether every request asks for ``output_len`` tokens (else lengths vary by
         request, and no one length is there to check outputs against)."""
