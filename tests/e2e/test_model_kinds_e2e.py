@@ -172,11 +172,12 @@ def thinking(budget: int, directory: Path) -> Path:
     text = profile.read_text()
     for old, new in {
         "input_len = 128": "input_len = 32",  # a short prefill: TTFT is the first token's
-        "output_len = 64 ": "output_len = 80 ",
+        "output_len = 64 ": "output_len = 160 ",  # 128 tokens of thinking, then the answer
         "levels = [1, 2, 4]": "levels = [2]",
         "rounds = 3": "rounds = 1",
         "record_repeats = 8": "record_repeats = 3",
-        "max_extra_repeats = 7": 'max_extra_repeats = 0\nfigures = ["ttfa_s", "reasoning_tokens"]',
+        # extra runs only for a figure near its limit (TTFT, whose runs at C=2 spread)
+        "max_extra_repeats = 7": 'max_extra_repeats = 3\nfigures = ["ttfa_s", "reasoning_tokens"]',
     }.items():
         assert old in text, old
         text = text.replace(old, new)
@@ -185,10 +186,11 @@ def thinking(budget: int, directory: Path) -> Path:
 
 
 def test_thinking_longer_fails_the_first_answer_token_and_not_ttft(tmp_path):
-    """Recorded with the server forcing the answer after 4 thinking tokens, gated with 64:
+    """Recorded with the server forcing the answer after 4 thinking tokens, gated with 128:
     the first token (a thinking one) comes as soon as before, so TTFT passes even at a 50%
-    tolerance, while the answer's first token comes about 60 tokens later (several times
-    the baseline): ``ttfa_s`` and ``reasoning_tokens`` fail. The fine-grained part, at
+    tolerance, while the answer's first token comes about 120 tokens later (several times
+    the baseline; with 64 it was 4.2x on an Intel host, under 3x on an AMD one):
+    ``ttfa_s`` and ``reasoning_tokens`` fail. The fine-grained part, at
     exact timings: tests/sim/test_reasoning_on_sim.py."""
     require_smollm2()
     baselines = f"--override-ini=perfgate_baselines_dir={tmp_path / 'baselines'}"
@@ -199,7 +201,7 @@ def test_thinking_longer_fails_the_first_answer_token_and_not_ttft(tmp_path):
     assert code == 0, out[-6000:]
     assert "added   sweep.c2.ttfa_s" in out and "added   sweep.c2.reasoning_tokens" in out, out
     code, out = perfgate_run(
-        "perf", thinking(64, tmp_path / "long"), tmp_path / "gate", "-k", "sweep", baselines
+        "perf", thinking(128, tmp_path / "long"), tmp_path / "gate", "-k", "sweep", baselines
     )
     assert code == 1, out[-6000:]
     checks = {c["key"]: c for c in last_run(tmp_path / "gate")["checks"]}
@@ -207,7 +209,7 @@ def test_thinking_longer_fails_the_first_answer_token_and_not_ttft(tmp_path):
     assert ttfa["verdict"] == "regressed" and ttfa["measured"] > 3 * ttfa["baseline"], ttfa
     assert ttft["verdict"] in ("pass", "improved"), ttft
     thought = checks["sweep.c2.reasoning_tokens"]
-    assert thought["verdict"] == "regressed" and thought["measured"] >= 50, thought
+    assert thought["verdict"] == "regressed" and thought["measured"] >= 100, thought
     assert "sweep.c2.ttfa_s: measured" in out
 
 
