@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import random
 
+from perfgate.profile import WorkloadSpec
+from perfgate.workload.kinds import Draw, PromptKind
+from perfgate.workload.prompts import Prompt
+
 CITIES = (
     "Paris", "Rome", "Berlin", "Madrid", "Lisbon", "Vienna", "Prague", "Warsaw", "Athens",
     "Dublin", "Oslo", "Stockholm", "Helsinki", "Copenhagen", "Amsterdam", "Brussels",
@@ -18,3 +22,21 @@ def city_questions(template: str, count: int, seed: int) -> list[str]:
     ``seed``: the same for the same seed, on both sides of an A/B run."""
     rng = random.Random(seed)
     return [template.format(city=rng.choice(CITIES)) for _ in range(count)]
+
+
+class CityQuestions(PromptKind):
+    """A kind whose prompts are ``question`` about a seeded city each, and whose answers
+    (``answers``, in words) end on their own: no field forces their length."""
+
+    question = "{city}"
+    answers = "answers"
+    ends_on_its_own = True
+
+    def one_length(self, workload: WorkloadSpec) -> bool:
+        return False  # each answer ends when its shape closes
+
+    def lengths(self, workload: WorkloadSpec) -> str:
+        return f"{self.answers} of at most {workload.output_len} tokens"
+
+    def draw(self, draw: Draw) -> list[Prompt]:
+        return [Prompt(q, None) for q in city_questions(self.question, draw.count, draw.seed)]

@@ -8,9 +8,8 @@ from typing import Any
 
 from perfgate.client.answers import response_format
 from perfgate.profile import WorkloadSpec
-from perfgate.workload.kinds import Draw, PromptKind, register
-from perfgate.workload.prompts import Prompt
-from perfgate.workload.questions import city_questions
+from perfgate.workload.kinds import register
+from perfgate.workload.questions import CityQuestions
 
 CITY_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -24,24 +23,16 @@ CITY_SCHEMA: dict[str, Any] = {
 QUESTION = "Which country is {city} in? Answer in JSON with the city and its country."
 
 
-class StructuredPrompts(PromptKind):
+class StructuredPrompts(CityQuestions):
     """City questions, a JSON Schema answer asked of each."""
 
     names = ("structured",)
-    ends_on_its_own = True
+    question = QUESTION
+    answers = "city questions, JSON answers"
     figures = ("schema_valid_rate",)
 
     def request_fields(self, workload: WorkloadSpec) -> dict[str, Any]:
         return {"response_format": response_format("city", CITY_SCHEMA)}
-
-    def one_length(self, workload: WorkloadSpec) -> bool:
-        return False  # a JSON answer ends when its object closes
-
-    def lengths(self, workload: WorkloadSpec) -> str:
-        return f"city questions, JSON answers of at most {workload.output_len} tokens"
-
-    def draw(self, draw: Draw) -> list[Prompt]:
-        return [Prompt(q, None) for q in city_questions(QUESTION, draw.count, draw.seed)]
 
 
 register(StructuredPrompts())

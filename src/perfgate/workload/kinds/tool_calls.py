@@ -9,9 +9,8 @@ from typing import Any
 
 from perfgate.client.answers import Tool, tool
 from perfgate.profile import WorkloadSpec
-from perfgate.workload.kinds import Draw, PromptKind, register
-from perfgate.workload.prompts import Prompt
-from perfgate.workload.questions import city_questions
+from perfgate.workload.kinds import register
+from perfgate.workload.questions import CityQuestions
 
 WEATHER: Tool = tool(
     "get_weather",
@@ -26,24 +25,16 @@ WEATHER: Tool = tool(
 QUESTION = "What is the weather in {city} right now?"
 
 
-class ToolCallPrompts(PromptKind):
+class ToolCallPrompts(CityQuestions):
     """Weather questions, each needing one call of the offered function."""
 
     names = ("tool-calls",)
-    ends_on_its_own = True
+    question = QUESTION
+    answers = "weather questions, calls"
     figures = ("tool_call_valid_rate",)
 
     def request_fields(self, workload: WorkloadSpec) -> dict[str, Any]:
         return {"tools": [WEATHER], "tool_choice": "auto"}
-
-    def one_length(self, workload: WorkloadSpec) -> bool:
-        return False  # a call ends when its arguments close
-
-    def lengths(self, workload: WorkloadSpec) -> str:
-        return f"weather questions, calls of at most {workload.output_len} tokens"
-
-    def draw(self, draw: Draw) -> list[Prompt]:
-        return [Prompt(q, None) for q in city_questions(QUESTION, draw.count, draw.seed)]
 
 
 register(ToolCallPrompts())
