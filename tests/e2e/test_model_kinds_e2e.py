@@ -143,6 +143,31 @@ def test_instruct_model_with_a_wrong_chat_template_fails_known_answers(tmp_path)
     assert "FAILED suites/correctness/test_smoke.py::test_known_answer[0]" in out
 
 
+def test_tool_calls_on_llama_server_without_jinja_fail_saying_how_to_start_it(tmp_path):
+    """llama-server started with --no-jinja (its built-in chat formats, no Jinja templates)
+    refuses requests that offer tools: the tool-call check fails with llama.cpp's own
+    refusal and says how to start it. (vLLM without tool-call parsing: the speculative vLLM
+    test below.)"""
+    require_smollm2()
+    profile = variant(
+        "llamacpp-smollm2-chat",
+        tmp_path,
+        "metrics = true }",
+        "metrics = true, no-jinja = true }",
+    )
+    profile.write_text(
+        profile.read_text().replace("\n[correctness]\n", "\n[correctness]\ntool_calls = true\n")
+    )
+    code, out = perfgate_run(
+        "correctness", profile, tmp_path / "o", "-k", "test_tool_call or none_is_needed"
+    )
+    assert code == 12, out[-4000:]  # a correctness failure's own exit code
+    assert "2 failed" in out, out[-4000:]
+    refused = "the server refused a request offering tools: HTTP 400: "
+    assert refused + "tools param requires --jinja flag" in out, out[-4000:]
+    assert "(start llama-server with --jinja, and a chat template that supports tools" in out
+
+
 # -- reasoning, live -----------------------------------------------------------------------
 
 
@@ -236,7 +261,10 @@ def test_speculative_vllm_streams_several_tokens_per_chunk_and_refuses_logit_bia
       end-of-sequence check needs (it never ends on its own): asked as a base model (the
       same server, a profile with completion prompts and an eos_token_id), the check says
       plainly that it cannot run there (output, run JSON) instead of failing on a 400, and
-      the chunk rule still holds.
+      the chunk rule still holds;
+    - the tool-call check on a server started without tool-call parsing (this one: no
+      --enable-auto-tool-choice, no --tool-call-parser) fails, showing vLLM's own refusal
+      and saying how to start it.
 
     The seeds' failure (a drafter that guesses wrong: acceptance falls, the gate fails on
     it, the diagnosis names draft acceptance first) is shown on llama.cpp with a shuffled
@@ -257,6 +285,12 @@ def test_speculative_vllm_streams_several_tokens_per_chunk_and_refuses_logit_bia
         'prompt_style = "chat"',
         'prompt_style = "completion"\neos_token_id = 2\neos_logit_bias = 5.0',
     )
+    no_parser = variant(
+        name,
+        tmp_path / "tools",
+        "structured_output = true",
+        "structured_output = true\ntool_calls = true",
+    )
     owner = PerfgateSession(
         load_profile(str(copy), tmp_path),
         root=ROOT,
@@ -271,6 +305,10 @@ def test_speculative_vllm_streams_several_tokens_per_chunk_and_refuses_logit_bia
         eos_code, eos_out = perfgate_run(
             "correctness", base, tmp_path / "eos", "-k", "end_of_sequence or length", *attach
         )
+        tools_code, tools_out = perfgate_run(
+            "correctness", no_parser, tmp_path / "tools", "-k", "test_tool_call or none_is_needed",
+            *attach,
+        )  # fmt: skip
     finally:
         owner.stop_backend()
     assert code == 0, out[-6000:]
@@ -291,6 +329,12 @@ def test_speculative_vllm_streams_several_tokens_per_chunk_and_refuses_logit_bia
     assert "end-of-sequence check cannot run on this base model here" in eos_out
     assert "logit_bias" in eos_out and "1 passed, 1 skipped" in eos_out
     assert any("cannot run" in note for note in last_run(tmp_path / "eos")["notes"])
+
+    assert tools_code == 12, tools_out[-6000:]  # a correctness failure's own exit code
+    assert "2 failed" in tools_out, tools_out[-6000:]
+    refused = "the server refused a request offering tools: HTTP 400: "
+    assert refused + '"auto" tool choice requires --enable-auto-tool-choice' in tools_out
+    assert "(start vLLM with --enable-auto-tool-choice --tool-call-parser" in tools_out
 
 
 def test_reasoning_with_speculation_on_vllm_passes_the_reasoning_check(tmp_path):

@@ -126,3 +126,30 @@ def test_answers_valid_when_recorded_and_invalid_now_fail_the_gate(
     check = next(c for c in gate.run.checks if c.key == f"sweep.c2.{figure}")
     assert check.verdict == "regressed" and check.measured == 0.0, check
     assert f"sweep.c2.{figure}" in gated["sweep"].text
+
+
+@pytest.mark.parametrize("figure", ["schema_valid_rate", "tool_call_valid_rate"])
+def test_a_validity_share_takes_no_allowance_for_host_drift(figure):
+    """A profile's min_tolerance (25%, for hosts whose tok/s drifts between days) and the
+    spread between hosts leave a share of valid answers alone: recorded at 100% in every
+    run, one answer in four invalid fails, on the recording's host and on another. The
+    same baseline's tok/s keeps both allowances: 20% slower passes there."""
+    from perfgate.gate.recording import build_baseline
+    from perfgate.gate.verdict import compare
+    from perfgate.stats.decide import Rule
+
+    share, speed = f"sweep.c2.{figure}", "sweep.c2.agg_tok_s"
+    values = {share: [1.0] * 8, speed: [100.0, 97.0, 103.0, 99.0, 101.0, 98.0, 102.0, 100.5]}
+    rule = Rule(3, 10)
+    base = build_baseline("p", "h", values, None, {}, rule, min_tolerance=0.25).baseline
+    assert base.metrics[speed].tolerance >= 0.25
+    assert base.metrics[share].tolerance < 0.05, base.metrics[share]
+    for another_host in (False, True):
+        one_in_four = compare(
+            share, [0.75] * 3, base.metrics[share], rule, another_host=another_host
+        )
+        assert one_in_four[0].verdict == "regressed", one_in_four[0].message()
+        slower = compare(
+            speed, [80.0, 80.5, 79.5], base.metrics[speed], rule, another_host=another_host
+        )
+        assert slower[0].verdict == "pass", slower[0].message()

@@ -126,9 +126,8 @@ def build_baseline(
             # own spread (with the pool's degrees of freedom)
             noisier = own is not None and own.df >= 4 and own.sigma > kind.sigma
             sized = Noise(own.sigma, kind.df) if own is not None and noisier else kind
-            tol = derived_tolerance(
-                sized, family, len(runs), max(figure.min_tolerance, min_tolerance), figure.direction
-            )
+            floor = max(figure.min_tolerance, min_tolerance if figure.host_drift else 0.0)
+            tol = derived_tolerance(sized, family, len(runs), floor, figure.direction)
             source = "derived"
             if tol >= MAX_TOLERANCE:
                 shown = ", ".join(f"{v:.4g}" for v in runs)

@@ -115,8 +115,12 @@ def compare(
     ``another_host``: the baseline was recorded on another host than these runs, so
     the spread between hosts adds to the noise (:attr:`Expectation.between_hosts`).
     A count (:attr:`Figure.shift`) is judged as count + shift on the gate's log scale, so
-    a baseline of 0 (no queue, no preemption) still has a limit; the check shows counts."""
-    shift = parse_key(key).figure.shift
+    a baseline of 0 (no queue, no preemption) still has a limit; the check shows counts.
+    A figure that does not drift with the host (:attr:`Figure.host_drift`) is judged as on
+    the recording's host."""
+    figure = parse_key(key).figure
+    another_host = another_host and figure.host_drift
+    shift = figure.shift
     if not shift:
         return _compare(key, values, expectation, rule, another_host)
     if expectation is not None:
