@@ -212,3 +212,17 @@ def test_seeds_vllm_profile_misses_reasoning_in_a_field_it_does_not_read():
         got.reasoning == ""
         and "no reasoning text" in reasoning_problems(got.reasoning, got.content)[0]
     )
+
+
+def test_an_error_status_is_the_checks_evidence_not_a_traceback():
+    """llama-server started with --no-jinja answers a request offering tools with 500 and a
+    message (its error body's shape, as the live test sees it:
+    tests/e2e/test_model_kinds_e2e.py::test_tool_calls_on_llama_server_without_jinja_...);
+    a check that fails on a refusal gets the status and the message, streamed or not."""
+    error = {"error": {"code": 500, "message": "tools param requires --jinja flag"}}
+    transport = httpx.MockTransport(lambda request: httpx.Response(500, json=error))
+    asker = asker_for("llamacpp-smollm2-chat", transport)
+    plain, why = asker.answer_or_error("Weather?", stream=False, answer_tokens=8, tools=[])
+    assert plain is None and why == "HTTP 500: tools param requires --jinja flag"
+    streamed, why = asker.answer_or_error("Weather?", stream=True, answer_tokens=8, tools=[])
+    assert why is not None and "500" in why, (streamed, why)

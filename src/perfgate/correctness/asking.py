@@ -164,8 +164,10 @@ class Asker:
     def answer_or_error(
         self, prompt: str, *, stream: bool, answer_tokens: int, **params: Any
     ) -> tuple[Answer | None, str | None]:
-        """The answer, streamed or not, and why the server gave none (a 4xx refusal, a
-        failed stream), for checks that fail on either."""
+        """The answer, streamed or not, and why the server gave none (a 4xx refusal, an
+        error status with its message, a failed stream), for checks that fail on either.
+        (llama.cpp answers some invalid requests with 500: `tools param requires --jinja
+        flag`.)"""
         try:
             if stream:
                 answer = self.stream(prompt, answer_tokens=answer_tokens, **params)
@@ -173,6 +175,8 @@ class Asker:
                 answer = self.ask(prompt, answer_tokens=answer_tokens, **params)
         except Refused as exc:
             return None, str(exc)
+        except httpx.HTTPStatusError as exc:
+            return None, f"HTTP {exc.response.status_code}: {_error_message(exc.response)}"
         return answer, answer.error
 
     def natural_end_problems(self, answer: Answer, answer_tokens: int) -> list[str]:
