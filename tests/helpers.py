@@ -54,6 +54,12 @@ def owned_server_pids() -> set[int]:
     return pids
 
 
+def sim_profile(name: str, body: str) -> str:
+    """A profile's TOML attached to the simulator: its header, then ``body`` (its tables)."""
+    header = f'name = "{name}"\nengine = "openai"\nlauncher = "attach"\nhardware = "sim"\n'
+    return f'{header}\n[model]\nname = "sim"\n{body}'
+
+
 def profile_toml(
     replacements: dict[str, str], directory: Path, name: str = "llamacpp-gemma3-270m"
 ) -> Path:

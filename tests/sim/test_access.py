@@ -18,18 +18,12 @@ import json
 from pathlib import Path
 
 from perfgate.sim import SimConfig, SimProcess
-from tests.helpers import run_pytest
+from tests.helpers import run_pytest, sim_profile
 
 KEY = "sk-planted-5a1f0c9e7b"  # planted: it must appear in no file perfgate writes
-PROFILE = """
-name = "sim-access"
-engine = "openai"
-launcher = "attach"
-hardware = "sim"
-
-[model]
-name = "sim"
-
+PROFILE = sim_profile(
+    "sim-access",
+    """
 [server]
 {server}
 
@@ -47,7 +41,8 @@ warmup = 1
 repeats = 1
 max_extra_repeats = 0
 record_repeats = 3
-"""
+""",
+)
 
 
 def gate(directory: Path, server: str, sim: SimProcess, env: dict[str, str], *extra: str):

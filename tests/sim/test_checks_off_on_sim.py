@@ -6,20 +6,12 @@ from __future__ import annotations
 
 import json
 
-import httpx
-
 from perfgate.sim import SimConfig, SimProcess
-from tests.helpers import ROOT, run_pytest
+from tests.helpers import ROOT, run_pytest, sim_profile
 
-PROFILE = """
-name = "sim-checks"
-engine = "openai"
-launcher = "attach"
-hardware = "sim"
-
-[model]
-name = "sim"
-
+PROFILE = sim_profile(
+    "sim-checks",
+    """
 [workload]
 input_len = 16
 output_len = 16
@@ -27,7 +19,8 @@ levels = [1]
 
 [correctness]
 degeneracy_check = {on}
-"""
+""",
+)
 
 
 def degeneracy_check(tmp_path, on: bool) -> tuple[str, int]:
@@ -47,7 +40,7 @@ def degeneracy_check(tmp_path, on: bool) -> tuple[str, int]:
             "-p",
             "no:cacheprovider",
         )
-        answered = len(httpx.get(f"{sim.base_url}/sim/records").json()["records"])
+        answered = len(sim.records())
     return done.stdout + done.stderr, answered
 
 

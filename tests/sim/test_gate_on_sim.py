@@ -22,20 +22,14 @@ from pathlib import Path
 import pytest
 
 from perfgate.sim import Fault, FaultRule, SimConfig, SimProcess
-from tests.helpers import ROOT, run_pytest, runs_in
+from tests.helpers import ROOT, run_pytest, runs_in, sim_profile
 
 # TTFT 50 ms, then 16 tokens 20 ms apart: 0.35 s a request, long beside a busy host's
 # scheduling delays (milliseconds), which the gate sees as noise
 HEALTHY = SimConfig(ttft_s=0.05, itl_s=0.02)
-PROFILE = """
-name = "sim-gate"
-engine = "openai"
-launcher = "attach"
-hardware = "sim"
-
-[model]
-name = "sim"
-
+PROFILE = sim_profile(
+    "sim-gate",
+    """
 [workload]
 input_len = 16
 output_len = 16
@@ -52,7 +46,8 @@ max_extra_repeats = 0
 record_repeats = 3
 min_tolerance = 0.1
 figures = ["ttft_p99_s"]
-"""
+""",
+)
 
 
 def gate(profile: Path, baselines: Path, sim: SimProcess, out: Path, *extra: str):

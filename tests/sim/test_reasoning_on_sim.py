@@ -9,19 +9,14 @@ The baseline is recorded here, from the simulator, seconds before it is gated.""
 from __future__ import annotations
 
 from perfgate.sim import SimConfig, SimProcess
+from tests.helpers import sim_profile
 from tests.sim.test_gate_on_sim import gate
 
 # chat: the first 4 of 16 output tokens are reasoning (reasoning_content), 20 ms apart
 THINKS = SimConfig(ttft_s=0.05, itl_s=0.02, reasoning_tokens=4)
-PROFILE = """
-name = "sim-reasoning"
-engine = "openai"
-launcher = "attach"
-hardware = "sim"
-
-[model]
-name = "sim"
-
+PROFILE = sim_profile(
+    "sim-reasoning",
+    """
 [workload]
 api = "chat"
 input_len = 16
@@ -37,7 +32,8 @@ max_extra_repeats = 0
 record_repeats = 3
 min_tolerance = 0.1
 figures = ["ttfa_s", "ttfa_p99_s", "reasoning_tokens"]
-"""
+""",
+)
 
 
 def test_thinking_longer_fails_ttfa_and_reasoning_tokens_while_ttft_passes(tmp_path):

@@ -6,17 +6,11 @@ tests/e2e/test_model_kinds_e2e.py, tests/engines/test_engine_vllm.py.)"""
 from __future__ import annotations
 
 from perfgate.sim import SimConfig, SimProcess
-from tests.helpers import run_pytest
+from tests.helpers import run_pytest, sim_profile
 
-PROFILE = """
-name = "sim-structured"
-engine = "openai"
-launcher = "attach"
-hardware = "sim"
-
-[model]
-name = "sim"
-
+PROFILE = sim_profile(
+    "sim-structured",
+    """
 [workload]
 api = "chat"
 input_len = 16
@@ -26,7 +20,8 @@ levels = [1]
 [correctness]
 prompt_style = "chat"
 structured_output = true
-"""
+""",
+)
 
 
 def test_a_server_that_ignores_response_format_fails_the_structured_check(tmp_path):
