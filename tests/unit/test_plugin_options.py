@@ -79,7 +79,10 @@ def test_an_unknown_report_format_is_a_usage_error_before_any_server_starts(tmp_
     result = run_pytest("-m", "perf", f"--perf-profile={tiny}", "--perf-report=pdf", "suites/perf")
     out = result.stdout + result.stderr
     assert result.returncode == 4, out  # pytest's usage error
-    assert "--perf-report: no report format 'pdf' (there are: csv, junit, markdown, text)" in out
+    assert (
+        "--perf-report: no report format 'pdf' (there are: csv, junit, markdown, plots, text)"
+        in out
+    )
     assert "starting llamacpp" not in out
 
 

@@ -114,13 +114,16 @@ def test_a_module_that_fails_to_import_is_tried_again(plugins):
     assert list(plugs.PLUGS) == ["alpha", "beta"]  # each registered once
 
 
-def test_the_four_kinds_of_plug_in_are_registries():
+def test_the_five_kinds_of_plug_in_are_registries():
+    from perfgate.measure.samplers import SAMPLERS
+
     assert isinstance(ENGINES, Registry) and all(isinstance(e, Engine) for e in ENGINES.values())
     assert engine_names() == sorted(engine_names()) == list(ENGINES)
     formats()
     assert isinstance(FORMATS, Registry) and {"text", "csv", "markdown", "junit"} <= set(FORMATS)
     prompt_kind("random")
     assert isinstance(KINDS, Registry) and {"random", "shared-prefix", "dataset"} <= set(KINDS)
+    assert isinstance(SAMPLERS, Registry) and SAMPLERS.package == "perfgate.measure.plugins"
     assert isinstance(BY_NAME, Registry) and list(BY_NAME)[: len(FIGURES)] == [
         f.name for f in FIGURES
     ]

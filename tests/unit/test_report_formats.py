@@ -22,9 +22,23 @@ def test_each_module_of_the_package_is_one_format():
     found = formats()
     for name in modules:
         module = importlib.import_module(f"perfgate.render.formats.{name}")
-        mine = [f for f in found.values() if f.render.__module__ == module.__name__]
+        mine = [f for f in found.values() if (f.render or f.files).__module__ == module.__name__]
         assert len(mine) == 1, (name, mine)
-    assert {"text", "csv", "markdown", "junit"} <= set(found)
+    assert {"text", "csv", "markdown", "junit", "plots"} <= set(found)
+
+
+def test_the_plots_are_a_format_of_files_perfgate_report_writes(monkeypatch, tmp_path):
+    """``plots`` writes PNG files (the gated run's default format), not one text:
+    ``perfgate report RUN --format plots --output DIR`` writes them there, a failed run's
+    against its baseline's recorded run too, and prints each path."""
+    pytest.importorskip("matplotlib")
+    monkeypatch.chdir(FAILED.parents[3])
+    out = perfgate("report", FAILED, "--format", "plots", "--output", tmp_path)
+    written = sorted(p.name for p in tmp_path.iterdir())
+    stem = FAILED.name.removesuffix(".json.gz")
+    assert f"{stem}.throughput.png" in written and f"{stem}.vs-baseline.png" in written, out
+    assert all(str(tmp_path / name) in out for name in written)
+    assert all((tmp_path / name).read_bytes().startswith(b"\x89PNG") for name in written)
 
 
 def test_a_registered_format_is_offered_and_used_by_perfgate_report(monkeypatch, capsys):

@@ -258,6 +258,54 @@ def test_a_new_plan_runs_on_the_one_loop_with_no_other_change(tmp_path):
     assert all(d.server is not None for d in collected)  # read through the window
 
 
+def test_a_new_sampler_is_read_over_each_level_run_with_no_other_change(tmp_path, monkeypatch):
+    """A sampler written here (one module's worth: a class and its registration) reading
+    the server's generated-token counter through the run's own clients: the window opens
+    it as each level run's measured requests start and closes it as they end, so its
+    reading is exactly that run's output tokens (the warmup request is outside), kept in
+    the level's data and in the run JSON."""
+    import re
+
+    from perfgate.measure.samplers import SAMPLERS, WindowSource
+    from perfgate.results.run import load_run
+
+    class TokensPredicted:
+        part = "tokens"
+
+        def __init__(self, source: WindowSource) -> None:
+            self.source = source
+            self.before = 0
+
+        def read(self) -> int:
+            with self.source.clients.client(self.source.base_url, timeout=5.0) as client:
+                text = client.get(self.source.engine.metrics_path or "/metrics").text
+            found = re.search(r"^llamacpp:tokens_predicted_total (\d+)", text, re.M)
+            assert found, text
+            return int(found[1])
+
+        def open(self) -> None:
+            self.before = self.read()
+
+        def close(self) -> dict:
+            return {"predicted": self.read() - self.before}
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setitem(SAMPLERS, "tokens", TokensPredicted)
+    session = _session(tmp_path, MockLlamaServer(), update=True)
+    session.perf_selected = True
+    session.measure("sweep", [1, 2], lambda c: 2 * c)
+    levels = session.run.measurements["sweep"].levels
+    assert [d.metrics.ok for d in levels] == [2, 2, 2, 2, 4, 4, 4, 4]  # 4 runs a level
+    for data in levels:
+        output = sum(r.output_tokens for r in data.records)
+        assert data.samples == {"tokens": {"predicted": output}}, data.concurrency
+    session.save_run()
+    stored = load_run(session.run_path).measurements["sweep"].levels
+    assert [d.samples for d in stored] == [d.samples for d in levels]
+
+
 def test_a_new_report_format_is_written_by_the_gated_run(tmp_path, monkeypatch):
     """A format registered here (one module's worth: a Format and register): the gated
     run writes it next to the run JSON when asked (--perf-report NAME), with the shipped

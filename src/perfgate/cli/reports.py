@@ -211,7 +211,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         name, output = "csv", (None if args.csv == "-" else args.csv)
     elif args.markdown:
         name = "markdown"
-    text = formats()[name].render(run, Context(args.run_json, args.artifact_url))
+    fmt = formats()[name]
+    context = Context(args.run_json, args.artifact_url, root=Path.cwd())
+    if fmt.files is not None:  # files of its own (plots): next to the run JSON, or in --output
+        path = Path(args.run_json)
+        written = fmt.write(run, Path(output) / path.name if output else path, context)
+        for file in written:
+            print(file)
+        if not written:
+            print(f"no {name}: {fmt.nothing}")
+        return 0
+    text = fmt.text(run, context)
     if output is None:
         sys.stdout.write(text)
     else:

@@ -86,6 +86,11 @@ class LevelData(BaseModel):
     server: ServerSeries | None = Field(
         None, description="The server's own metrics during the measured requests, when read."
     )
+    samples: dict[str, Any] | None = Field(
+        None,
+        description="Plug-in samplers' readings over the measured requests, by sampler name "
+        "(perfgate.measure.samplers.SAMPLERS); None when no plug-in sampler read anything.",
+    )
 
     @property
     def level(self) -> int | float:
@@ -113,6 +118,7 @@ class LevelData(BaseModel):
         slo: Slo | None = None,
         gpu: GpuTelemetry | None = None,
         server: ServerSeries | None = None,
+        samples: dict[str, Any] | None = None,
     ) -> LevelData:
         """Keep a level's raw records (token times to the microsecond) with its metrics
         (and its goodput, given service levels)."""
@@ -132,6 +138,7 @@ class LevelData(BaseModel):
             rate=level.rate,
             gpu=gpu,
             server=server,
+            samples=samples or None,
         )
 
     def recomputed(self) -> LevelMetrics:

@@ -6,21 +6,29 @@ the same name).
 - :class:`SpecSampler`: the speculative-decoding counters' deltas (``spec``);
 - :class:`perfgate.measure.server.ServerSampler`: the server's own metrics (``server``);
 - :class:`perfgate.measure.telemetry.GpuSampler` and ``SmiSampler``: the GPUs (``gpu``).
+
+A new source is one file: a function of :class:`WindowSource` returning a :class:`Sampler`
+(or None where it has nothing to read), registered in :data:`SAMPLERS` under the name its
+readings take in each level's data (``LevelData.samples[name]``, in the run JSON).
+Modules of :mod:`perfgate.measure.plugins` are imported by the first window, so a file
+added there registers itself; a user's plug-in registers from its own import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from perfgate.engines import Engine, SpecStats, parse_spec_counters
 from perfgate.http_clients import NETWORK, HttpClients
+from perfgate.registry import Registry
 
 
 class Sampler(Protocol):
     """One source of a level run's readings."""
 
-    part: str  # the level's data field it fills
+    part: str  # the level's data field it fills (a plug-in's readings go under its name)
 
     def open(self) -> None:
         """The measured requests start."""
@@ -81,3 +89,33 @@ class SpecSampler:
 
     def stop(self) -> None:
         self.before = None
+
+
+@dataclass(frozen=True)
+class WindowSource:
+    """What a plug-in sampler may read: the engine, the server's address and headers (its
+    API key), and the run's HTTP clients (an injected transport in tests)."""
+
+    engine: Engine
+    base_url: str
+    headers: dict[str, str] = field(default_factory=dict)
+    clients: HttpClients = NETWORK
+
+
+SamplerFactory = Callable[[WindowSource], "Sampler | None"]
+
+# name -> factory; a factory's sampler closes into LevelData.samples[name] (JSON values)
+SAMPLERS: Registry[SamplerFactory] = Registry("sampler", package="perfgate.measure.plugins")
+
+
+def plugin_samplers(source: WindowSource) -> dict[str, Sampler]:
+    """Each registered sampler that has something to read on this server, by name."""
+    SAMPLERS.discover()
+    built = {name: factory(source) for name, factory in SAMPLERS.items()}
+    return {name: sampler for name, sampler in built.items() if sampler is not None}
+
+
+def reading(part: object) -> object:
+    """A plug-in sampler's part as JSON values (a pydantic model is dumped)."""
+    dump = getattr(part, "model_dump", None)
+    return dump(mode="json") if callable(dump) else part

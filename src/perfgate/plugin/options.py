@@ -177,16 +177,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=[],
         metavar="FORMAT",
         help="also write the run's report in FORMAT next to the run JSON (repeatable; "
-        "the formats of `perfgate report --format`: csv, junit, markdown, text, and any "
-        "registered)",
+        "the formats of `perfgate report --format`: csv, junit, markdown, plots, text, and "
+        "any registered; plots are written by default)",
     )
     group.addoption(
         "--perf-no-plots",
         dest="perfgate_no_plots",
         action="store_true",
         default=False,
-        help="write no PNG plots next to the run JSON (default: plots when matplotlib is "
-        "installed: pip install 'perfgate[plots]')",
+        help="write no PNG plots next to the run JSON (default: the plots format, when "
+        "matplotlib is installed: pip install 'perfgate[plots]')",
     )
     parser.addini(
         "perfgate_allow_no_baseline",

@@ -8,16 +8,13 @@ from pathlib import Path
 
 from perfgate import __version__
 from perfgate.correctness.golden import GoldenOutputs, compare_golden, golden_path, save_golden
-from perfgate.errors import BaselineError
-from perfgate.files import write_bytes_atomic
+from perfgate.errors import BaselineError, PerfgateError
 from perfgate.gate.baseline import save_baseline
 from perfgate.gate.creep import apply_creep_rule
 from perfgate.gate.recording import build_baseline, diff_lines, too_tight
 from perfgate.gate.values import run_values
 from perfgate.render.formats import Context, find_format
 from perfgate.render.markdown import markdown_summary
-from perfgate.render.plots.charts import render_run_plots
-from perfgate.render.plots.common import PlotsUnavailable, load_baseline_run
 from perfgate.results.history import (
     HistoryEntry,
     append_entry,
@@ -184,47 +181,41 @@ class Recorder:
         artifact_url: str | None = None,
         reports: Sequence[str] = (),
     ) -> list[str]:
-        """The run's plots (next to the run JSON), its reports in each format of
-        ``reports`` (:mod:`perfgate.render.formats`, next to it too) and its Markdown
-        summary (appended to each of ``summary_paths``, e.g. ``$GITHUB_STEP_SUMMARY``;
-        ``artifact_url``: where CI keeps the files), all computed from the run JSON;
-        returns the lines to print."""
+        """The run's reports in each format of ``reports`` (:mod:`perfgate.render.formats`,
+        next to the run JSON), its plots (the ``plots`` format, unless ``plots`` is false),
+        and its Markdown summary (appended to each of ``summary_paths``, e.g.
+        ``$GITHUB_STEP_SUMMARY``; ``artifact_url``: where CI keeps the files), all computed
+        from the run JSON; returns the lines to print."""
         lines: list[str] = []
         files: list[str] = []
-        context = Context(run_json=self._relative(self.run_path), artifact_url=artifact_url)
-        for name in reports:
+        context = Context(
+            run_json=self._relative(self.run_path),
+            artifact_url=artifact_url,
+            root=self.settings.root,
+        )
+        names = list(dict.fromkeys(reports))
+        if plots and self.run.measurements and "plots" not in names:
+            names.append("plots")  # the default format of a gated run (--perf-no-plots: none)
+        for name in names:
             fmt = find_format(name)
-            path = self.run_path.with_suffix(fmt.file_suffix)
             try:
-                write_bytes_atomic(path, fmt.render(self.run, context).encode())
+                paths = fmt.write(self.run, self.run_path, context)
+            except PerfgateError as exc:  # the plots' extra not installed
+                lines.append(f"perfgate: no {name}: {exc}")
+                continue
             except OSError as exc:
-                lines.append(f"perfgate: could not write the {name} report to {path}: {exc}")
+                where = self._relative(self.run_path.with_suffix(fmt.file_suffix))
+                why = f"could not write the {name} report to {where}"
+                lines.append(f"perfgate: {f'no {name}' if fmt.files else why}: {exc}")
+                continue
+            written = [self._relative(path) for path in paths]
+            files += written
+            if fmt.files is None:
+                lines.append(f"perfgate: {name} report written to {written[0]}")
+            elif written:
+                lines.append(f"perfgate: {name} written: {', '.join(written)}")
             else:
-                files.append(self._relative(path))
-                lines.append(f"perfgate: {name} report written to {self._relative(path)}")
-        if plots and self.run.measurements:
-            baseline_run = None
-            if self.run.status == "failed":
-                baseline_run = load_baseline_run(self.run, self.settings.root)
-            try:
-                written = render_run_plots(
-                    self.run,
-                    self.run_path.parent,
-                    self.run_path.name.removesuffix(".json"),
-                    baseline_run=baseline_run,
-                )
-            except (PlotsUnavailable, OSError) as exc:
-                lines.append(f"perfgate: no plots: {exc}")
-            else:
-                plotted = [self._relative(path) for path in written]
-                files += plotted
-                if plotted:
-                    lines.append(f"perfgate: plots written: {', '.join(plotted)}")
-                else:
-                    lines.append(
-                        "perfgate: no plots: they draw levels of concurrency, and this run "
-                        "measured none (request rates and capacity searches are in the tables)"
-                    )
+                lines.append(f"perfgate: no {name}: {fmt.nothing}")
         markdown = markdown_summary(
             self.run, run_json=self._relative(self.run_path), files=files, artifact_url=artifact_url
         )

@@ -11,7 +11,13 @@ from perfgate.engines import SpecStats
 from perfgate.launch import Backend
 from perfgate.load.level import LevelRun
 from perfgate.measure.data import LevelData
-from perfgate.measure.samplers import Sampler, SpecSampler
+from perfgate.measure.samplers import (
+    Sampler,
+    SpecSampler,
+    WindowSource,
+    plugin_samplers,
+    reading,
+)
 from perfgate.measure.server import ServerSampler, ServerSeries, http_fetch, token_gap
 from perfgate.measure.telemetry import GpuTelemetry, SmiSampler
 from perfgate.profile import Profile
@@ -24,7 +30,8 @@ class MeasuredWindow:
     :class:`~perfgate.measure.data.LevelData` when they end. Its samplers: the server's
     metrics (:mod:`perfgate.measure.server`, where the engine serves them), the
     speculative-decoding counters (from the same read), the GPUs (where perfgate can
-    read them)."""
+    read them), and each plug-in sampler registered in
+    :data:`~perfgate.measure.samplers.SAMPLERS` (its readings in ``LevelData.samples``)."""
 
     def __init__(
         self,
@@ -57,6 +64,9 @@ class MeasuredWindow:
         self.samplers.append(spec)
         if (gpu := server.gpu_sampler()) is not None:
             self.samplers.append(gpu)
+        source = WindowSource(engine, backend.base_url, backend.headers, clients)
+        self.plugins = plugin_samplers(source)
+        self.samplers += self.plugins.values()
 
     def open(self) -> None:
         """The measured requests start."""
@@ -65,7 +75,14 @@ class MeasuredWindow:
 
     def close(self, run: LevelRun, repeat: int) -> LevelData:
         """The measured requests ended: the level run's data."""
-        parts = {sampler.part: sampler.close() for sampler in list(self.samplers)}
+        plugins = {id(sampler): name for name, sampler in self.plugins.items()}
+        parts: dict[str, object] = {}
+        samples: dict[str, object] = {}
+        for sampler in list(self.samplers):
+            if (name := plugins.get(id(sampler))) is None:
+                parts[sampler.part] = sampler.close()
+            elif (part := sampler.close()) is not None:
+                samples[name] = reading(part)
         server = parts.get("server")
         if isinstance(server, ServerSeries):
             server = self._completed(server, run)
@@ -82,6 +99,7 @@ class MeasuredWindow:
             slo=self.profile.slo,
             gpu=gpu if isinstance(gpu, GpuTelemetry) else None,
             server=server if isinstance(server, ServerSeries) else None,
+            samples=samples,
         )
         if isinstance(server, ServerSeries) and (gap := token_gap(server, data.metrics)):
             self.notes.warn(gap)
