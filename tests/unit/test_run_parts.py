@@ -92,9 +92,11 @@ def test_the_baseline_choice_builds_its_policy_once_it_knows_the_host(tmp_path):
     ref = choice.resolve({"key": "hw", "host_id": "here"})
     assert (choice.tier, ref.tier, ref.scope) == ("exact", "exact", choice.reach.scope)
     assert not choice.policy.another_host and "gated by the exact baseline" in choice.tier_note()
+    assert choice.gate.baseline is choice.baseline is choice.known["hw"]  # bound at the choice
     elsewhere = BaselineChoice(_settings(tmp_path))
     elsewhere.resolve({"key": "hw", "host_id": "another"})
     assert elsewhere.another_host and elsewhere.policy.another_host  # hosts' spread counts
+    assert elsewhere.gate.policy is elsewhere.policy
     unknown = BaselineChoice(_settings(tmp_path))
     unknown.resolve({"key": "other-hw"})
     assert unknown.tier in ("any", "none") and "Record" in unknown.tier_note()

@@ -260,6 +260,48 @@ class GatePolicy:
         return problems
 
 
+@dataclass(frozen=True)
+class BaselineGate:
+    """The gate policy bound to the baseline chosen for a run (None: no baseline applies),
+    built once the serving host is known: the run's questions during and after measuring,
+    none of which takes the baseline again."""
+
+    policy: GatePolicy
+    baseline: Baseline | None = None
+
+    @property
+    def min_runs(self) -> int:
+        return self.policy.min_runs
+
+    @property
+    def max_runs(self) -> int:
+        return self.policy.max_runs
+
+    def chosen(self) -> set[str]:
+        """Figures measured besides the default ones (:meth:`GatePolicy.chosen`)."""
+        return self.policy.chosen(self.baseline)
+
+    def abort_reason(self, name: str, run: LevelData) -> str | None:
+        """Why a sweep stops after this first run of a level (:meth:`GatePolicy.abort_reason`)."""
+        return self.policy.abort_reason(name, run, self.baseline)
+
+    def after_level(
+        self, name: str, runs: Sequence[LevelData], first: Sequence[LevelData] = ()
+    ) -> Step:
+        """Measure this level again, or move on (:meth:`GatePolicy.after_level`)."""
+        return self.policy.after_level(name, runs, self.baseline, first)
+
+    def after_search(self, name: str, measurement: Measurement) -> Step:
+        """Search for the capacity again, or stop (:meth:`GatePolicy.after_search`)."""
+        return self.policy.after_search(name, measurement, self.baseline)
+
+    def judge(
+        self, measurements: Mapping[str, Measurement], planned: Mapping[str, Sequence[int | float]]
+    ) -> Verdicts:
+        """Every baseline figure judged (:meth:`GatePolicy.judge`)."""
+        return self.policy.judge(measurements, self.baseline, planned)
+
+
 def harness_verdict(check: Check, error_s: float | None) -> Check:
     """A timing figure's verdict stands only if it holds with the measured value moved by
     the harness's timing error bound either way: a regression past the limit by more

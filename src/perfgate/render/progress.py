@@ -30,6 +30,17 @@ def live_label(name: str, level: int | float, word: str, number: int, phase: str
     return f"{name} {level_name(level)} {word} {number} {phase}"
 
 
+def stopped(reason: str, then: str) -> str:
+    """A measurement stops early (far below its baseline, or the server gone), and what
+    that leaves out."""
+    return f"perfgate: {reason}; {then}"
+
+
+def near_limit(what: str, then: str) -> str:
+    """A figure of ``what`` is undecided near its limit: ``then``, more is measured."""
+    return f"perfgate: {what} near its limit; {then}"
+
+
 def request_failed(record: RequestRecord) -> str:
     return f"perfgate:   request failed: {record.error}"
 

@@ -1,5 +1,6 @@
 """Which baseline gates this run: the serving host's exact one, the profile's
-hardware-independent targets, or none; and the gate policy, built once from that choice."""
+hardware-independent targets, or none; and the gate (the policy bound to that baseline),
+built once from that choice."""
 
 from __future__ import annotations
 
@@ -7,16 +8,16 @@ from pathlib import Path
 
 from perfgate.correctness.golden import GoldenOutputs, golden_path, load_golden
 from perfgate.gate.baseline import ANY_HARDWARE, Baseline, baseline_path, load_profile_baselines
-from perfgate.gate.policy import GatePolicy, Reach, Tier, choose_baseline, reach
+from perfgate.gate.policy import BaselineGate, GatePolicy, Reach, Tier, choose_baseline, reach
 from perfgate.results.run import BaselineRef
 from perfgate.run.settings import RunSettings
 
 
 class BaselineChoice:
     """The profile's baselines, read at once; the one for the serving host, chosen when the
-    server's hardware is known (:meth:`resolve`). ``policy`` is built from the settings
-    and then once more from the choice (on another host, the spread between hosts adds
-    to the noise)."""
+    server's hardware is known (:meth:`resolve`). ``gate`` is the gate policy bound to the
+    chosen baseline, built once by :meth:`resolve` (on another host, the spread between
+    hosts adds to the noise); before it, the settings' policy with no baseline."""
 
     def __init__(self, settings: RunSettings) -> None:
         self.settings = settings
@@ -28,7 +29,7 @@ class BaselineChoice:
         self.tier: Tier = "none"
         self.path: Path = baseline_path(settings.baselines_dir, name, ANY_HARDWARE)
         self.golden: GoldenOutputs | None = None  # the golden outputs recorded beside it
-        self.policy: GatePolicy = settings.policy()
+        self.gate = BaselineGate(settings.policy())
 
     @property
     def another_host(self) -> bool:
@@ -38,6 +39,11 @@ class BaselineChoice:
             return False
         here = str(self.hardware.get("host_id") or "")
         return not here or self.baseline.provenance.get("host_id") != here
+
+    @property
+    def policy(self) -> GatePolicy:
+        """The gate's policy: the profile's ``[gate]`` settings, for the chosen host."""
+        return self.gate.policy
 
     @property
     def reach(self) -> Reach:
@@ -62,7 +68,7 @@ class BaselineChoice:
         self.baseline, self.tier = choose_baseline(self.known, key)
         self.path = baseline_path(s.baselines_dir, s.profile.name, key)
         self.golden = load_golden(golden_path(self.path))
-        self.policy = s.policy(another_host=self.another_host)
+        self.gate = BaselineGate(s.policy(another_host=self.another_host), self.baseline)
         kept = self.baseline.provenance.get("run_json") if self.baseline else None
         gating = self.path
         if self.tier == "any":

@@ -120,21 +120,22 @@ class Measurer:
         measurement: Measurement,
         done: Sequence[LevelData],
         stopping: str,
+        what: str,
         again: str,
     ) -> Decision:
         """After a run of a level (``done``: its runs so far): stop the measurement when
         its first run is far below the baseline (early abort, saying ``stopping``), measure
-        the level again while a figure is undecided (saying ``again`` once the minimum
-        runs are done), else go on."""
-        policy, baseline = self.choice.policy, self.choice.baseline
-        if len(done) == 1 and (reason := policy.abort_reason(name, done[0], baseline)):
+        ``what`` again while a figure is undecided (saying ``again`` once the minimum runs
+        are done), else go on."""
+        gate = self.choice.gate
+        if len(done) == 1 and (reason := gate.abort_reason(name, done[0])):
             measurement.aborted = reason
-            self.progress(f"perfgate: {reason}; {stopping}")
+            self.progress(progress.stopped(reason, stopping))
             return "stop"
         first = [d for d in measurement.levels if d.level == 1]
-        step = policy.after_level(name, list(done), baseline, first)
-        if step == "repeat" and len(done) >= policy.min_runs:
-            self.progress(f"perfgate: {again}")
+        step = gate.after_level(name, list(done), first)
+        if step == "repeat" and len(done) >= gate.min_runs:
+            self.progress(progress.near_limit(what, again))
         return step
 
     # -- the one loop ------------------------------------------------------------------
@@ -193,10 +194,12 @@ class Measurer:
 
         def decide(level: int | float, runs: list[LevelData]) -> Decision:
             if not backend.alive():
-                self.progress("perfgate: server is no longer running; stopping the sweep")
+                self.progress(progress.stopped("server is no longer running", "stopping the sweep"))
                 return "stop"
-            again = f"{name} {level_name(level)} near its limit; measuring again"
-            return self.after_run(name, measurement, runs, "stopping the sweep", again)
+            what = f"{name} {level_name(level)}"
+            return self.after_run(
+                name, measurement, runs, "stopping the sweep", what, "measuring again"
+            )
 
         plan = SweepPlan(levels, requests_at, decide)
         try:
@@ -227,14 +230,14 @@ class Measurer:
         ``pedantic`` or a plain loop); inconclusive figures get extra rounds."""
         self.server.start()
         warmup = self.profile.workload.warmup
-        prompts = self.prompts(name, 1, 0, warmup + rounds * self.choice.policy.max_runs)
+        prompts = self.prompts(name, 1, 0, warmup + rounds * self.choice.gate.max_runs)
         measurement = Measurement()
         self.run.measurements[name] = measurement
         self.progress(progress.sequential_starts(name, rounds, warmup))
-        again = f"{name} near its limit; {rounds} more requests"
+        again = f"{rounds} more requests"
 
         def decide(level: int | float, runs: list[LevelData]) -> Decision:
-            return self.after_run(name, measurement, runs, "no more runs", again)
+            return self.after_run(name, measurement, runs, "no more runs", name, again)
 
         plan = SweepPlan([1], lambda _: rounds, decide, sequential=True)
         self.run_plan(name, plan, measurement.levels, prompts=prompts, runner=runner)
@@ -250,7 +253,7 @@ class Measurer:
         backend = self.server.start()
         measurement = Measurement()
         self.run.measurements[name] = measurement
-        policy = self.choice.policy
+        gate = self.choice.gate
         w = self.profile.workload
 
         def requests_at(level: int | float) -> int:
@@ -263,9 +266,9 @@ class Measurer:
             if not backend.alive():
                 measurement.aborted = "the server is no longer running"
                 return "stop"
-            step = policy.after_search(name, measurement, self.choice.baseline)
-            if step == "repeat" and len(measurement.searches) >= policy.min_runs:
-                self.progress(f"perfgate: {name} near its limit; searching again")
+            step = gate.after_search(name, measurement)
+            if step == "repeat" and len(measurement.searches) >= gate.min_runs:
+                self.progress(progress.near_limit(name, "searching again"))
             return step
 
         def said(what: str, search: CapacitySearch, probe: Probe | None) -> None:

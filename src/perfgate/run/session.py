@@ -318,7 +318,7 @@ class PerfgateSession:
     # -- judging -----------------------------------------------------------------------
     def verdicts(self) -> Verdicts:
         """Every baseline figure judged against this run (MISSING where not produced)."""
-        return self.policy.judge(self.run.measurements, self.baseline, self.planned())
+        return self.choice.gate.judge(self.run.measurements, self.planned())
 
     def judge(self, name: str) -> list[Check]:
         """The checks of one measurement's figures (its missing ones included); all checks
@@ -369,7 +369,7 @@ class PerfgateSession:
     def table(self, name: str) -> str:
         """The concurrency table of one measurement."""
         m = self.run.measurements[name]
-        return render_table(name, m, self.baseline, self.policy.chosen(self.baseline))
+        return render_table(name, m, self.baseline, self.choice.gate.chosen())
 
     def selected(self, *, perf_tests: bool, twin: tuple[list[str], int] | None) -> None:
         """What this run's tests will ask: whether perf tests measure (then every baseline
