@@ -8,16 +8,64 @@
 
 The README's ``pytest`` runs the quick tiers (unit, sim); ``pytest -m "engine or service
 or e2e"`` runs the rest (pyproject's ``addopts`` deselects them by default).
+
+Side by side (pytest-xdist, ``-n 2 --dist loadfile``: the live tiers in ``.ci/run``), each
+worker is a lane on a core of its own: the servers it starts and their clients inherit the
+core (the profiles' llama-servers run one thread), and carry the lane in their environment
+(``PERFGATE_TEST_LANE``), so a test's check for leftover servers sees its own lane's only.
+A test file runs in one lane (its module's servers are shared), the longest files first.
+Tests marked ``whole_host`` start servers that run two threads, which a core of their own
+would stall: they run without ``-n``.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 TIERS = {"unit": "unit", "sim": "sim", "engines": "engine", "services": "service", "e2e": "e2e"}
 HERE = Path(__file__).parent
+LANE_ENV = "PERFGATE_TEST_LANE"
+# the live files that take longest (seconds on a 2-core Intel host, whole_host tests
+# apart): side by side, each lane takes the next file as it frees, so these go first
+LONGEST = (
+    "tests/e2e/test_plugin_e2e.py",  # ~350
+    "tests/engines/test_engine_vllm.py",  # ~390
+    "tests/e2e/test_workloads_e2e.py",  # ~330
+    "tests/engines/test_engine_sglang.py",  # ~200
+    "tests/e2e/test_model_kinds_e2e.py",  # ~200
+    "tests/e2e/test_ab_e2e.py",  # ~190
+)
+
+
+LANES = [1]  # pytest-xdist workers side by side (1: none), read once by pytest_configure
+
+
+def lanes() -> int:
+    """How many pytest-xdist workers run side by side (1: none)."""
+    return LANES[0]
+
+
+def module_of(item: pytest.Item) -> str:
+    """The test's file, relative to the repository."""
+    return item.path.relative_to(HERE.parent).as_posix()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A pytest-xdist worker of several: its lane's core, and its lane in the environment
+    every server it starts inherits. xdist's own variables leave the environment: a
+    ``pytest -m perf`` a test starts would take itself for a worker (pytest-benchmark then
+    turns itself off, and single requests run once)."""
+    worker = os.environ.pop("PYTEST_XDIST_WORKER", None)
+    LANES[0] = int(os.environ.pop("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if worker is None or lanes() < 2:
+        return
+    os.environ[LANE_ENV] = worker
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) >= lanes():
+        os.sched_setaffinity(0, set(cpus[int(worker.removeprefix("gw")) :: lanes()]))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -34,6 +82,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 f"{item.nodeid}: every test lives in a tier folder ({', '.join(TIERS)})"
             )
         item.add_marker(tier)
+    if lanes() >= 2:  # the longest files first (a stable sort keeps the rest in order)
+        order = {module: rank for rank, module in enumerate(LONGEST)}
+        items.sort(key=lambda item: order.get(module_of(item), len(LONGEST)))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A whole-host test in a lane fails at once, saying how to run it."""
+    if lanes() >= 2 and item.get_closest_marker("whole_host") is not None:
+        pytest.fail(
+            "marked whole_host: its servers run two threads, which one core of a lane would "
+            "stall; run it without -n, or deselect it with -m 'not whole_host'",
+            pytrace=False,
+        )
 
 
 @pytest.fixture

@@ -40,14 +40,20 @@ def living(pids: set[int] | list[int]) -> dict[int, str]:
 
 
 def owned_server_pids() -> set[int]:
-    """Pids of live processes that perfgate started (they carry PERFGATE_OWNER)."""
+    """Pids of live processes that perfgate started (they carry PERFGATE_OWNER); in a lane
+    of tests run side by side (tests/conftest.py), those this lane started only."""
     pids = set()
     marker = f"{OWNER_ENV}=".encode()
+    lane = os.environ.get("PERFGATE_TEST_LANE")
+    mine = f"PERFGATE_TEST_LANE={lane}".encode() if lane else None
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            if marker in (entry / "environ").read_bytes() and living([int(entry.name)]):
+            environ = (entry / "environ").read_bytes()
+            if marker not in environ or (mine and mine not in environ.split(b"\0")):
+                continue
+            if living([int(entry.name)]):
                 pids.add(int(entry.name))
         except OSError:
             continue

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from perfgate.gate.values import parse_key, run_values
 from perfgate.results.run import load_run
 from tests.helpers import ROOT, floor_baselines, require_smollm2, require_vllm, run_pytest
@@ -79,6 +81,7 @@ def assert_every_shipped_figure_measured(profile: str, output: Path) -> dict:
 # -- an instruct model through chat --------------------------------------------------------
 
 
+@pytest.mark.whole_host  # its llama-server runs two threads
 def test_instruct_model_through_chat_passes_both_suites(tmp_path):
     """SmolLM2 Instruct on llama.cpp: known answers through chat, a natural end of sequence
     (no bias), structured output (response_format: a JSON Schema, which llama.cpp turns
@@ -94,6 +97,7 @@ def test_instruct_model_through_chat_passes_both_suites(tmp_path):
     assert not any("approximate" in note for note in run["notes"]), run["notes"]
 
 
+@pytest.mark.whole_host  # its llama-server runs two threads
 def test_structured_prompts_under_load_are_every_one_valid_on_llamacpp(tmp_path):
     """The ``structured`` workload on the real server: every request of every level asks
     for a JSON answer against a schema (response_format, a grammar in llama.cpp) while
@@ -123,6 +127,7 @@ def test_structured_prompts_under_load_are_every_one_valid_on_llamacpp(tmp_path)
             assert set(answer) == {"city", "country"}, answer
 
 
+@pytest.mark.whole_host  # its llama-server runs two threads
 def test_instruct_model_with_a_wrong_chat_template_fails_known_answers(tmp_path):
     """The same model given another model's chat template (Gemma's turns): the known
     answers fail, with the answers shown."""
@@ -143,6 +148,7 @@ def test_instruct_model_with_a_wrong_chat_template_fails_known_answers(tmp_path)
     assert "FAILED suites/correctness/test_smoke.py::test_known_answer[0]" in out
 
 
+@pytest.mark.whole_host  # its llama-server runs two threads
 def test_tool_calls_on_llama_server_without_jinja_fail_saying_how_to_start_it(tmp_path):
     """llama-server started with --no-jinja (its built-in chat formats, no Jinja templates)
     refuses requests that offer tools: the tool-call check fails with llama.cpp's own
@@ -172,6 +178,7 @@ def test_tool_calls_on_llama_server_without_jinja_fail_saying_how_to_start_it(tm
 # -- reasoning, live -----------------------------------------------------------------------
 
 
+@pytest.mark.whole_host  # its llama-server runs two threads
 def test_reasoning_on_llamacpp_passes_both_suites(tmp_path):
     """llama.cpp's reasoning parser (--reasoning-format deepseek) on a template that opens
     <think>: reasoning_content and content, streamed and not; the whole of both suites."""
@@ -208,6 +215,7 @@ def thinking(budget: int, directory: Path) -> Path:
     return profile
 
 
+@pytest.mark.whole_host  # its llama-server runs two threads
 def test_thinking_longer_fails_the_first_answer_token_and_not_ttft(tmp_path):
     """Recorded with the server forcing the answer after 4 thinking tokens, gated with 128:
     the first token (a thinking one) comes as soon as before, so TTFT passes even at a 50%
@@ -236,6 +244,7 @@ def test_thinking_longer_fails_the_first_answer_token_and_not_ttft(tmp_path):
     assert "sweep.c2.ttfa_s: measured" in out
 
 
+@pytest.mark.whole_host  # its llama-server runs two threads
 def test_reasoning_parser_off_fails_the_reasoning_check_saying_so(tmp_path):
     require_smollm2()
     profile = variant(

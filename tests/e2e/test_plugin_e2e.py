@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from perfgate.profile import load_profile
 from perfgate.results.run import load_run
 from perfgate.run.session import PerfgateSession
@@ -401,6 +403,7 @@ def test_golden_outputs_catch_same_speed_different_answers(tmp_path):
     assert [f.read_text() for f in golden_files] != before
 
 
+@pytest.mark.whole_host  # its llama-server runs two threads
 def test_speculative_profile_is_compared_with_its_twin(tmp_path):
     result = run_pytest(
         "-m",
@@ -438,6 +441,7 @@ def tiny_spec_profile(directory, draft: str):
     return path
 
 
+@pytest.mark.whole_host  # its llama-server runs two threads
 def test_seeds_workflow_a_drafter_that_guesses_wrong_fails_early_and_names_acceptance(
     tmp_path,
 ):

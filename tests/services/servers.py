@@ -131,12 +131,14 @@ class Sshd:
         os.chmod(directory / "authorized_keys", 0o600)
         self.port = free_port()
         config = directory / "sshd_config"
+        lane = os.environ.get("PERFGATE_TEST_LANE")  # tests side by side: remote servers carry it
         config.write_text(
             f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {directory / 'host_key'}\n"
             f"PidFile {directory / 'sshd.pid'}\n"
             f"AuthorizedKeysFile {directory / 'authorized_keys'}\n"
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
             "StrictModes no\nPermitRootLogin prohibit-password\nAllowTcpForwarding yes\n"
+            + (f"SetEnv PERFGATE_TEST_LANE={lane}\n" if lane else "")
         )
         Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation directory
         log = open(directory / "sshd.log", "wb")  # noqa: SIM115 (kept open)

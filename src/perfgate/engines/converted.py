@@ -4,6 +4,7 @@ that Python (``hf_from_gguf.py``, cached)."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import os
@@ -54,6 +55,17 @@ def hf_model_dir(gguf: Path, python: str) -> Path:
     if (out / "config.json").exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
+    # one conversion at a time: two runs on one host (vLLM and SGLang of one model) would
+    # write the same directory; the second waits, then finds it done
+    with open(out.with_name(out.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "config.json").exists():
+            run_converter(gguf, out, python)
+    return out
+
+
+def run_converter(gguf: Path, out: Path, python: str) -> None:
+    """Write ``out`` from ``gguf`` with the converter, run by ``python``."""
     print(f"perfgate: converting {gguf.name} to a Hugging Face directory (once)")
     try:
         done = subprocess.run(
@@ -73,7 +85,6 @@ def hf_model_dir(gguf: Path, python: str) -> Path:
             f"could not convert {gguf} to a Hugging Face directory with {python} "
             f"(exit {done.returncode}); it needs transformers, torch and gguf:\n{tail}"
         )
-    return out
 
 
 def served_model(profile: Profile, default_python: Callable[[], str]) -> str:
