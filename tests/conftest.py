@@ -28,15 +28,16 @@ import pytest
 TIERS = {"unit": "unit", "sim": "sim", "engines": "engine", "services": "service", "e2e": "e2e"}
 HERE = Path(__file__).parent
 LANE_ENV = "PERFGATE_TEST_LANE"
-# the live files that take longest (seconds on a 2-core Intel host, whole_host tests
-# apart): side by side, each lane takes the next file as it frees, so these go first
+# the live files that take longest (seconds in a lane on a 2-core Intel host, whole_host
+# tests apart): each lane takes the next file as it frees, so these go first
 LONGEST = (
-    "tests/e2e/test_plugin_e2e.py",  # ~350
-    "tests/engines/test_engine_vllm.py",  # ~390
-    "tests/e2e/test_workloads_e2e.py",  # ~330
-    "tests/engines/test_engine_sglang.py",  # ~200
-    "tests/e2e/test_model_kinds_e2e.py",  # ~200
-    "tests/e2e/test_ab_e2e.py",  # ~190
+    "tests/engines/test_engine_vllm.py",  # ~470
+    "tests/e2e/test_workloads_e2e.py",  # ~320
+    "tests/engines/test_engine_sglang.py",  # ~310
+    "tests/e2e/test_plugin_e2e.py",  # ~300
+    "tests/e2e/test_ab_e2e.py",  # ~220
+    "tests/e2e/test_model_kinds_e2e.py",  # ~190
+    "tests/e2e/test_installed_e2e.py",  # ~110
 )
 
 

@@ -72,7 +72,6 @@ FILLED_IN = {
 }
 
 
-@pytest.mark.whole_host  # its llama-server runs two threads
 def test_the_installed_wheel_gates_a_users_own_server_from_their_directory(installed, tmp_path):
     require_smollm2()
     project = tmp_path / "my-service"  # outside the repository: nothing but what is written
