@@ -153,3 +153,23 @@ def test_a_validity_share_takes_no_allowance_for_host_drift(figure):
             speed, [80.0, 80.5, 79.5], base.metrics[speed], rule, another_host=another_host
         )
         assert slower[0].verdict == "pass", slower[0].message()
+
+
+@pytest.mark.parametrize("figure", ["schema_valid_rate", "tool_call_valid_rate"])
+def test_the_summary_of_what_the_gate_catches_gives_a_validity_share_no_host_spread(figure):
+    """reach() (the run's "fails a figure N% worse 95% of the time") judges a share of
+    valid answers as the gate does: on another host, with no spread between hosts, so its
+    smallest detectable drop is the one on the recording's host; a tok/s figure's grows."""
+    from perfgate.gate.policy import GatePolicy, reach
+    from perfgate.gate.recording import build_baseline
+    from perfgate.stats.decide import Rule
+
+    share, speed = f"sweep.c2.{figure}", "sweep.c2.agg_tok_s"
+    shares = [1.0, 0.98, 1.0, 0.99, 1.0, 1.0, 0.98, 1.0]
+    speeds = [100.0, 97.0, 103.0, 99.0, 101.0, 98.0, 102.0, 100.5]
+    for values, grows in (({share: shares}, False), ({speed: speeds}, True)):
+        base = build_baseline("p", "h", values, None, {}, Rule(3, 10)).baseline
+        here = reach(base, "exact", GatePolicy())
+        there = reach(base, "exact", GatePolicy(another_host=True))
+        assert here.detectable is not None and there.detectable is not None
+        assert (there.detectable > here.detectable) is grows, (values.keys(), here, there)

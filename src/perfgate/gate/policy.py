@@ -353,11 +353,13 @@ def reach(baseline: Baseline | None, tier: Tier, policy: GatePolicy) -> Reach:
         return Reach("floors only (hardware-independent targets)", None, None)
     rule = policy.rule(baseline)
     drops, spreads = [], []
-    for exp in baseline.metrics.values():
+    for key, exp in baseline.metrics.items():
         if exp.noise is None or not exp.runs:
             continue
-        host = exp.host_spread(policy.another_host)
-        spreads.append(host[0])
+        drifts = parse_key(key).figure.host_drift  # a share of valid answers takes none
+        host = exp.host_spread(policy.another_host and drifts)
+        if drifts:
+            spreads.append(host[0])
         drops.append(
             detectable_drop(
                 exp.noise, rule, exp.runs, exp.tolerance, exp.direction, *host, fixed=exp.fixed
