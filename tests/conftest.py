@@ -37,7 +37,7 @@ LONGEST = (
     "tests/e2e/test_plugin_e2e.py",  # ~300
     "tests/e2e/test_ab_e2e.py",  # ~220
     "tests/e2e/test_model_kinds_e2e.py",  # ~190
-    "tests/e2e/test_installed_e2e.py",  # ~110
+    "tests/e2e/test_installed_e2e.py",  # ~120
 )
 
 
