@@ -269,14 +269,6 @@ class BaselineGate:
     policy: GatePolicy
     baseline: Baseline | None = None
 
-    @property
-    def min_runs(self) -> int:
-        return self.policy.min_runs
-
-    @property
-    def max_runs(self) -> int:
-        return self.policy.max_runs
-
     def chosen(self) -> set[str]:
         """Figures measured besides the default ones (:meth:`GatePolicy.chosen`)."""
         return self.policy.chosen(self.baseline)

@@ -134,7 +134,7 @@ class Measurer:
             return "stop"
         first = [d for d in measurement.levels if d.level == 1]
         step = gate.after_level(name, list(done), first)
-        if step == "repeat" and len(done) >= gate.min_runs:
+        if step == "repeat" and len(done) >= gate.policy.min_runs:
             self.progress(progress.near_limit(what, again))
         return step
 
@@ -230,7 +230,7 @@ class Measurer:
         ``pedantic`` or a plain loop); inconclusive figures get extra rounds."""
         self.server.start()
         warmup = self.profile.workload.warmup
-        prompts = self.prompts(name, 1, 0, warmup + rounds * self.choice.gate.max_runs)
+        prompts = self.prompts(name, 1, 0, warmup + rounds * self.choice.policy.max_runs)
         measurement = Measurement()
         self.run.measurements[name] = measurement
         self.progress(progress.sequential_starts(name, rounds, warmup))
@@ -267,7 +267,7 @@ class Measurer:
                 measurement.aborted = "the server is no longer running"
                 return "stop"
             step = gate.after_search(name, measurement)
-            if step == "repeat" and len(measurement.searches) >= gate.min_runs:
+            if step == "repeat" and len(measurement.searches) >= gate.policy.min_runs:
                 self.progress(progress.near_limit(name, "searching again"))
             return step
 

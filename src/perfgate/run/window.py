@@ -65,24 +65,18 @@ class MeasuredWindow:
         if (gpu := server.gpu_sampler()) is not None:
             self.samplers.append(gpu)
         source = WindowSource(engine, backend.base_url, backend.headers, clients)
-        self.plugins = plugin_samplers(source)
-        self.samplers += self.plugins.values()
+        self.plugins = plugin_samplers(source)  # by name: LevelData.samples[name]
 
     def open(self) -> None:
         """The measured requests start."""
-        for sampler in self.samplers:
+        for sampler in [*self.samplers, *self.plugins.values()]:
             sampler.open()
 
     def close(self, run: LevelRun, repeat: int) -> LevelData:
         """The measured requests ended: the level run's data."""
-        plugins = {id(sampler): name for name, sampler in self.plugins.items()}
-        parts: dict[str, object] = {}
-        samples: dict[str, object] = {}
-        for sampler in list(self.samplers):
-            if (name := plugins.get(id(sampler))) is None:
-                parts[sampler.part] = sampler.close()
-            elif (part := sampler.close()) is not None:
-                samples[name] = reading(part)
+        parts = {sampler.part: sampler.close() for sampler in list(self.samplers)}
+        samples = {name: sampler.close() for name, sampler in self.plugins.items()}
+        samples = {name: reading(part) for name, part in samples.items() if part is not None}
         server = parts.get("server")
         if isinstance(server, ServerSeries):
             server = self._completed(server, run)
@@ -137,6 +131,6 @@ class MeasuredWindow:
 
     def stop(self) -> None:
         """Interrupted mid-level, or done: the samplers' threads end."""
-        for sampler in self.samplers:
+        for sampler in [*self.samplers, *self.plugins.values()]:
             sampler.stop()
         self._drop_server()
