@@ -104,7 +104,7 @@ def run_ab(project: Path, a: str, b: str, output: str, *flags: str) -> dict:
         "verdicts": {c["key"]: c["verdict"] for c in checks},
         "b_over_a_pct": {c["key"]: c.get("delta_pct") for c in checks},
         "pairs": {c["key"]: c.get("samples") for c in checks},
-        "causes": run.get("diagnosis", {}).get("causes", []),
+        "causes": (run.get("diagnosis") or {}).get("causes", []),
         "tail": said[-1500:],
     }
 

@@ -272,6 +272,28 @@ def test_ab_rounds_and_single_requests_make_the_pairs_runs_shorter(tmp_path):
     assert a_server.prompts == b_server.prompts
 
 
+def test_ab_warmup_sets_the_unmeasured_requests_before_each_pairs_run(tmp_path):
+    """B's [ab] warmup replaces the workload's warmup requests (1 here) before each run of
+    a pair; each side's discarded warm-up run keeps the workload's. With none, a side's
+    server sees its warm-up run's requests and then only measured ones."""
+    seen = {}
+    for warmup in (None, 0, 2):
+        spec = _profile().ab.model_copy(update={"rounds": 1, "warmup": warmup})
+        a_server, b_server = Recording(), Recording()
+        a = _session(tmp_path / f"w{warmup}", a_server, name="a")
+        b = _session(tmp_path / f"w{warmup}", b_server, name="b", more={"ab": spec})
+        run = ABRun(a, b, ABOptions(tolerance=0.5), progress=lambda _: None)
+        sweep_a, sweep_b = run.measure("sweep", levels=[2])
+        assert {len(r.records) for r in sweep_a.levels + sweep_b.levels} == {2}
+        pairs_runs = len(sweep_a.levels)
+        assert pairs_runs >= 8
+        per_run = 1 if warmup is None else warmup
+        assert len(a_server.prompts) == (1 + 2) + pairs_runs * (per_run + 2), warmup
+        assert a_server.prompts == b_server.prompts
+        seen[warmup] = len(a_server.prompts)
+    assert seen[0] < seen[None] < seen[2], seen
+
+
 def test_servers_that_do_not_both_fit_stop_the_run_saying_to_alternate(tmp_path, monkeypatch):
     """Both servers started here (not attached), and this host's memory nearly full with
     both up (2% free, under the 5% floor): the run stops before any pair, a usage

@@ -103,9 +103,11 @@ class LevelRunner:
         prompts: Sequence[Prompt],
         *,
         on_measure_start: Callable[[], None] | None = None,
+        warmup: int | None = None,
     ) -> LevelRun:
-        """One run of ``level`` over ``prompts`` (``warmup`` of them first, unmeasured);
-        ``on_measure_start`` runs as the measured requests start."""
+        """One run of ``level`` over ``prompts`` (``warmup`` of them first, unmeasured;
+        None: the runner's); ``on_measure_start`` runs as the measured requests start."""
+        warmup = self.warmup if warmup is None else warmup
         if isinstance(level, float):
             run = await run_rate_level(
                 self.workers,
@@ -113,7 +115,7 @@ class LevelRunner:
                 prompts,
                 rate=level,
                 shape=self.rate_shape,
-                warmup=self.warmup,
+                warmup=warmup,
                 level_timeout_s=self.level_timeout_s,
                 on_record=self.on_record,
                 on_measure_start=on_measure_start,
@@ -125,7 +127,7 @@ class LevelRunner:
                 prompts,
                 shards=self.current,
                 concurrency=level,
-                warmup=self.warmup,
+                warmup=warmup,
                 level_timeout_s=self.level_timeout_s,
                 on_record=self.on_record,
                 on_measure_start=on_measure_start,
@@ -137,7 +139,7 @@ class LevelRunner:
                 self.plan,
                 prompts,
                 concurrency=level,
-                warmup=self.warmup,
+                warmup=warmup,
                 level_timeout_s=self.level_timeout_s,
                 on_record=self.on_record,
                 on_measure_start=on_measure_start,

@@ -140,3 +140,11 @@ class AbSpec(Strict):
         description="Requests a single-request run in the A/B runs (default: "
         "workload.single_requests).",
     )
+    warmup: int | None = Field(
+        None,
+        ge=0,
+        description="Unmeasured requests before each A/B run of a level (default: "
+        "workload.warmup). Each level's first run a side is a discarded warm-up run "
+        "already, and an idle server's first request costs A and B alike: 0 saves a "
+        "request a run.",
+    )

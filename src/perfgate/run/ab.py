@@ -282,7 +282,7 @@ class ABRun:
         )
         plan: ABPlan | ABLifetimesPlan
         kind = ABPlan if self.colocate else ABLifetimesPlan
-        plan = kind(levels, at, decide, sequential=sequential)
+        plan = kind(levels, at, decide, sequential=sequential, warmup=self.b.profile.ab.warmup)
         sides = {"A": self.a, "B": self.b}
         with asyncio.Runner() as aio, contextlib.ExitStack() as lanes:
             lane: dict[str, Lane] = {}

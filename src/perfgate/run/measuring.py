@@ -367,14 +367,15 @@ class Lane:
         over its measured requests."""
         w, name = self.profile.workload, self.name
         lengths = self.measurer.prompt_source.kind.lengths(w)
-        number = step.number
+        warmup = w.warmup if step.warmup is None else step.warmup
         self.progress(
             progress.run_starts(
-                self.label, step.level, step.word, number, step.requests, lengths, w.warmup
+                self.label, step.level, step.word, step.number, step.requests, lengths, warmup
             )
         )
-        drawn = self.measurer.prompts(name, step.level, step.repeat, step.requests + w.warmup)
-        return self.aio.run(self.levels.run(step.level, drawn, on_measure_start=self.window.open))
+        drawn = self.measurer.prompts(name, step.level, step.repeat, step.requests + warmup)
+        run = self.levels.run(step.level, drawn, on_measure_start=self.window.open, warmup=warmup)
+        return self.aio.run(run)
 
     def _ended(self, step: Step, run: LevelRun) -> LevelData:
         """A level run ended: its data from the window, checked, said and saved."""
@@ -394,12 +395,12 @@ class Lane:
         beforehand, the run draws its own, seeded by its repeat (an A/B run: pair k's
         prompts the same on both sides, however many warm-ups each side ran)."""
         aio, levels, queue = self.aio, self.levels, self.queue
+        first = self.profile.workload.warmup if step.warmup is None else step.warmup
+        warmup = first if step.repeat == 0 else 0
         if queue is None:
-            warmup = self.profile.workload.warmup if step.repeat == 0 else 0
             queue = iter(self.measurer.prompts(self.name, 1, step.repeat, warmup + step.requests))
-        if step.repeat == 0:
-            for _ in range(self.profile.workload.warmup):
-                aio.run(levels.send(next(queue)))
+        for _ in range(warmup):
+            aio.run(levels.send(next(queue)))
         records: list[RequestRecord] = []
 
         def one_round() -> None:

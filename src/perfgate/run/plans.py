@@ -30,6 +30,7 @@ class Step:
     sequential: bool = False  # one request at a time on one connection (single requests)
     side: str = ""  # an A/B run's side ("A" or "B"); "" for a run with one server
     discard: bool = False  # a warm-up run: measured, never judged
+    warmup: int | None = None  # unmeasured requests before the run's (None: the workload's)
 
     @property
     def number(self) -> int:
@@ -155,6 +156,7 @@ class ABPlan:
     requests_at: Callable[[int | float], int]
     decide: ABDecide
     sequential: bool = False  # single requests: one at a time (each run its own prompts)
+    warmup: int | None = None  # each pair's run's unmeasured requests (None: the workload's)
     not_run: list[int | float] = field(default_factory=list)
     runs: dict[str, list[LevelData]] = field(default_factory=lambda: {"A": [], "B": []})
     _position: int = 0
@@ -163,9 +165,9 @@ class ABPlan:
     _seen: int = 0
 
     def _block(self, level: int | float, pairs: int) -> list[Step]:
-        requests = self.requests_at(level)
+        requests, warm = self.requests_at(level), self.warmup
         return [
-            Step(level, pairs + offset + 1, requests, "pair", self.sequential, side=side)
+            Step(level, pairs + offset + 1, requests, "pair", self.sequential, side, warmup=warm)
             for offset, side in ((0, "A"), (0, "B"), (1, "B"), (1, "A"))
         ]
 
@@ -214,6 +216,7 @@ class ABLifetimesPlan:
     requests_at: Callable[[int | float], int]
     decide: ABDecide
     sequential: bool = False  # single requests: one at a time (each run its own prompts)
+    warmup: int | None = None  # each pair's run's unmeasured requests (None: the workload's)
     not_run: list[int | float] = field(default_factory=list)
     lifetimes: int = 0  # begun so far
     _undecided: list[int | float] = field(default_factory=list)
@@ -235,7 +238,7 @@ class ABLifetimesPlan:
             requests, kept = self.requests_at(level), len(self.runs(side, level))
             seq = self.sequential
             steps.append(Step(level, 0, requests, "warm-up", seq, side=side, discard=True))
-            steps += [Step(level, kept + n, requests, "pair", seq, side=side)
+            steps += [Step(level, kept + n, requests, "pair", seq, side, warmup=self.warmup)
                       for n in (1, 2)[:count]]  # fmt: skip
         return steps
 
