@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -48,6 +49,7 @@ LEVERS = {
     "f32-kv": 'cache-type-k = "f32", cache-type-v = "f32"',
     "both": 'top-k = 0, cache-type-k = "f32", cache-type-v = "f32"',
 }
+PYTEST_ARGS: list[str] = []  # --pytest-args: e.g. -k "single or sweep" (no correctness suite)
 
 
 def write_profile(project: Path, source: str, name: str, extra_args: str = "", **edits: str) -> str:
@@ -80,13 +82,17 @@ def spin(seconds: float) -> subprocess.Popen:
 
 
 def run_ab(project: Path, a: str, b: str, output: str, *flags: str) -> dict:
-    """One `perfgate ab A B` in ``project``: its exit code, wall time and run JSON."""
+    """One `perfgate ab A B` in ``project``: its exit code, wall time and run JSON
+    (``PYTEST_ARGS``: pytest's own arguments, after ``--``)."""
     started = time.monotonic()
     log = project / f"{output}.log"
     print(f"ab_live: its output, as it runs: tail -f {log}", flush=True)
+    command = [sys.executable, "-m", "perfgate.cli", "ab", a, b, f"--output={output}", *flags]
+    if PYTEST_ARGS:
+        command += ["--", *PYTEST_ARGS]
     with log.open("w") as handle:  # written as it goes: progress, and evidence on failure
         done = subprocess.run(
-            [sys.executable, "-m", "perfgate.cli", "ab", a, b, f"--output={output}", *flags],
+            command,
             cwd=project,
             stdout=handle,
             stderr=subprocess.STDOUT,
@@ -150,7 +156,11 @@ def main() -> None:
     parser.add_argument("--busy-s", type=float, default=240.0, help="seconds a core is held busy")
     parser.add_argument("--out", type=Path, default=Path("ab-live.jsonl"))
     parser.add_argument("--keep", action="store_true", help="keep each run's project directory")
+    parser.add_argument(
+        "--pytest-args", default="", help="pytest's own, e.g. '-k \"single or sweep\"'"
+    )
     args = parser.parse_args()
+    PYTEST_ARGS[:] = shlex.split(args.pytest_args)
     results = []
     for n in range(1, args.runs + 1):
         project = Path(tempfile.mkdtemp(prefix=f"ab-live-{args.case}-"))
