@@ -137,6 +137,7 @@ def one_run(case: str, lever: str, busy_s: float, project: Path, n: int) -> dict
         from tests.helpers import broken_drafter
 
         drafter = broken_drafter(Path(assemble()), project / "shuffled-drafter.gguf")
+        write_profile(project, DEFAULT, DEFAULT)  # the twin: speculation must be lossless
         a = write_profile(project, SPEC, "drafter")
         b = write_profile(
             project,

