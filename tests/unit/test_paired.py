@@ -37,6 +37,7 @@ def study():
 def verdict(ratios: list[float], rule: PairedRule, *, may_abort: bool = False) -> str:
     limit, better = paired_limits(rule.tolerance, "higher")
     decision = decide_paired(Pairs(tuple(ratios), limit, better, may_abort), rule)
+    assert decision.step in ("done", "more"), decision
     return decision.verdict if decision.step == "done" else "more"
 
 
@@ -72,6 +73,12 @@ def test_agreeing_pairs_pass_at_the_first_look_and_not_before():
     assert verdict([0.01, -0.01] * 3 + [0.0], rule) == "more"  # 7 pairs: fewer than the minimum
     assert verdict([0.01, -0.01] * 4, rule) == "pass"
     assert verdict([0.2, 0.22] * 4, rule) == "improved"  # 20% faster, beyond noise
+    limit, better = paired_limits(0.1, "higher")
+    improved = decide_paired(Pairs((0.2, 0.22) * 4, limit, better), rule)
+    assert improved.why.startswith("B/A +23.4% over 8 pairs; its worst bound, +22.1%, clears")
+    assert improved.why.endswith("clears the better limit +10.0%"), improved.why
+    passed = decide_paired(Pairs((0.01, -0.01) * 4, limit, better), rule)
+    assert passed.why.endswith("clears the limit -10.0%"), passed.why
 
 
 def test_b_four_times_slower_ends_after_its_first_block():
@@ -93,7 +100,7 @@ def test_the_reasons_name_the_ratio_its_bound_and_the_limit():
     noisy = decide_paired(
         Pairs((0.3, -0.3, 0.25, -0.35, 0.1, -0.1, 0.0, -0.05), limit, better), rule
     )
-    assert noisy.verdict == "too-noisy"
+    assert noisy.verdict == "too-noisy" and noisy.step == "done"
     assert "too noisy to decide after 8 pairs" in noisy.why and "95% interval" in noisy.why
     assert "pairs would decide" in noisy.why
 
@@ -108,6 +115,82 @@ def test_b_about_at_the_limit_stops_early_as_too_noisy_and_within_it_passes():
     assert decision.verdict == "too-noisy" and "more pairs would not pass it" in decision.why
     within = [math.log(0.93) + 0.005 * (-1) ** i for i in range(12)]  # 7% slower, 10% allowed
     assert verdict(within, rule) == "pass"
+
+
+def exact_signed_rank_k(n: int, confidence: float) -> int:
+    """The rank of the Walsh average a one-sided signed-rank bound reads, from the exact
+    null distribution of Wilcoxon's statistic (counted here, independently of the code:
+    the number of subsets of 1..n with each sum): the largest k with P(T < k) <= 1 - c."""
+    counts = [1] + [0] * (n * (n + 1) // 2)
+    for rank in range(1, n + 1):
+        for total in range(len(counts) - 1, rank - 1, -1):
+            counts[total] += counts[total - rank]
+    everything, below, k = 2**n, 0, 0
+    for total, count in enumerate(counts):
+        if (below + count) / everything > 1 - confidence:
+            break
+        below += count
+        k = total + 1
+    return k
+
+
+@pytest.mark.parametrize("n", [7, 8, 12, 18])
+def test_the_bounds_are_the_exact_signed_rank_walsh_averages(n):
+    """Each one-sided bound is the k-th lowest (highest) of the pairs' Walsh averages, k
+    from Wilcoxon's exact distribution; the 95% interval reads each side at 97.5%."""
+    ratios = tuple(math.log(1 + 0.01 * ((i * 7) % n - n / 3)) for i in range(n))
+    pairs = Pairs(ratios, *paired_limits(0.1, "higher"))
+    walsh = sorted((ratios[i] + ratios[j]) / 2 for i in range(n) for j in range(i, n))
+    for confidence in (0.975, 0.99):
+        k = exact_signed_rank_k(n, confidence)
+        assert k >= 1
+        assert pairs.bounds(confidence) == (walsh[k - 1], walsh[-k])
+    assert pairs.interval(0.95) == pairs.bounds(0.975)
+
+
+def test_a_lower_is_better_figure_keeps_its_direction_in_the_words():
+    """B's TTFT 25% longer is a change of +25% in seconds, worse: mirrored in the ratios,
+    not in what the reader is told."""
+    ttft = Pairs.of([0.2] * 8, [0.25] * 8, "lower", 0.1)
+    assert ttft.direction == "lower" and ttft.estimate == pytest.approx(-math.log(1.25))
+    assert ttft.change(ttft.estimate) == pytest.approx(0.25) and ttft.pct(ttft.estimate) == "+25.0%"
+    tok = Pairs.of([100.0] * 8, [80.0] * 8, "higher", 0.1)
+    assert tok.change(tok.estimate) == pytest.approx(-0.2) and tok.pct(tok.estimate) == "-20.0%"
+
+
+def test_only_a_figure_marked_may_abort_stops_the_run_and_says_how_far_worse():
+    quarter = [100.0, 100.0], [25.0, 20.0]
+    assert not Pairs.of(*quarter, "higher", 0.1).may_abort  # the default: no early stop
+    assert verdict([math.log(0.25), math.log(0.2)], PairedRule(), may_abort=False) == "more"
+    stopped = decide_paired(Pairs.of(*quarter, "higher", 0.1, may_abort=True), PairedRule())
+    assert stopped.verdict == "regressed" and stopped.step == "done"
+    assert "B far worse: its first 2 pairs at x0.25, x0.20 of A" in stopped.why
+    never = PairedRule(abort_below=0)  # 0: never stop early (and no log of 0)
+    assert decide_paired(Pairs.of(*quarter, "higher", 0.1, may_abort=True), never).step == "more"
+
+
+def test_too_noisy_early_needs_b_worse_than_half_the_limit_beyond_noise():
+    """At a look, a B neither passed nor regressed stops as TOO NOISY only when even its
+    best bound is worse than half the limit (about 5% at a 10% tolerance); nearer A it
+    gets more pairs. Two sets of 12 pairs whose worst bound is past the limit (no pass):
+    one with its best bound 6% below A, one 4%."""
+    rule = PairedRule()
+    limit, better = paired_limits(0.1, "higher")
+
+    def alternating(centre: float, half_spread: float) -> list[float]:
+        return [centre + half_spread * (-1) ** i for i in range(12)]
+
+    worse, nearer = alternating(-0.085, 0.025), alternating(-0.075, 0.035)
+    for ratios in (worse, nearer):
+        pairs = Pairs(tuple(ratios), limit, better)
+        low, _ = pairs.bounds(rule.pass_confidence)
+        assert low is not None and low < limit  # not a pass
+    _, high_worse = Pairs(tuple(worse), limit, better).bounds(rule.regressed_confidence)
+    _, high_nearer = Pairs(tuple(nearer), limit, better).bounds(rule.regressed_confidence)
+    assert high_worse is not None and high_nearer is not None
+    assert limit < high_worse < limit / 2 < high_nearer < limit / 3  # about half the limit
+    assert verdict(worse, rule) == "too-noisy"
+    assert verdict(nearer, rule) == "more"
 
 
 @settings(max_examples=300, deadline=None)
