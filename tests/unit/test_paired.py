@@ -59,6 +59,10 @@ def test_bad_input_is_refused_saying_what_to_change():
         PairedRule(tolerance=1.5)
     with pytest.raises(ValueError, match="below min_pairs"):
         PairedRule(min_pairs=10, max_pairs=8)
+    for tolerance in (0.0, 1.0):
+        with pytest.raises(ValueError, match="between 0 and 1"):
+            PairedRule(tolerance=tolerance)
+    assert PairedRule(min_pairs=7).min_pairs == 7  # the fewest a 99% bound needs: allowed
 
 
 def test_looks_grow_by_half_in_whole_blocks_and_end_at_the_cap():
@@ -154,6 +158,11 @@ def test_a_lower_is_better_figure_keeps_its_direction_in_the_words():
     ttft = Pairs.of([0.2] * 8, [0.25] * 8, "lower", 0.1)
     assert ttft.direction == "lower" and ttft.estimate == pytest.approx(-math.log(1.25))
     assert ttft.change(ttft.estimate) == pytest.approx(0.25) and ttft.pct(ttft.estimate) == "+25.0%"
+    rule = PairedRule()
+    spread = [1.0 + 0.002 * (-1) ** i for i in range(8)]
+    for faster, expected in ((0.85, "improved"), (0.95, "pass"), (1.05, "pass")):
+        seconds = Pairs.of([0.2] * 8, [0.2 * faster * s for s in spread], "lower", 0.1)
+        assert decide_paired(seconds, rule).verdict == expected, faster
     tok = Pairs.of([100.0] * 8, [80.0] * 8, "higher", 0.1)
     assert tok.change(tok.estimate) == pytest.approx(-0.2) and tok.pct(tok.estimate) == "-20.0%"
 
