@@ -32,10 +32,10 @@ LANE_ENV = "PERFGATE_TEST_LANE"
 # tests apart): each lane takes the next file as it frees, so these go first
 LONGEST = (
     "tests/engines/test_engine_vllm.py",  # ~470
+    "tests/e2e/test_ab_e2e.py",  # ~340 (the seeds' drafter side by side: ~120 of it, 2026-12-07)
     "tests/e2e/test_workloads_e2e.py",  # ~320
     "tests/engines/test_engine_sglang.py",  # ~310
     "tests/e2e/test_plugin_e2e.py",  # ~300
-    "tests/e2e/test_ab_e2e.py",  # ~220
     "tests/e2e/test_model_kinds_e2e.py",  # ~190
     "tests/e2e/test_installed_e2e.py",  # ~120
 )
