@@ -367,7 +367,7 @@ class Lane:
         over its measured requests."""
         w, name = self.profile.workload, self.name
         lengths = self.measurer.prompt_source.kind.lengths(w)
-        warmup = w.warmup if step.warmup is None else step.warmup
+        warmup = self._warmup(step)
         self.progress(
             progress.run_starts(
                 self.label, step.level, step.word, step.number, step.requests, lengths, warmup
@@ -376,6 +376,10 @@ class Lane:
         drawn = self.measurer.prompts(name, step.level, step.repeat, step.requests + warmup)
         run = self.levels.run(step.level, drawn, on_measure_start=self.window.open, warmup=warmup)
         return self.aio.run(run)
+
+    def _warmup(self, step: Step) -> int:
+        """The step's unmeasured requests before its own: its plan's, else the workload's."""
+        return self.profile.workload.warmup if step.warmup is None else step.warmup
 
     def _ended(self, step: Step, run: LevelRun) -> LevelData:
         """A level run ended: its data from the window, checked, said and saved."""
@@ -395,8 +399,7 @@ class Lane:
         beforehand, the run draws its own, seeded by its repeat (an A/B run: pair k's
         prompts the same on both sides, however many warm-ups each side ran)."""
         aio, levels, queue = self.aio, self.levels, self.queue
-        first = self.profile.workload.warmup if step.warmup is None else step.warmup
-        warmup = first if step.repeat == 0 else 0
+        warmup = self._warmup(step) if step.repeat == 0 else 0
         if queue is None:
             queue = iter(self.measurer.prompts(self.name, 1, step.repeat, warmup + step.requests))
         for _ in range(warmup):
