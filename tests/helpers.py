@@ -72,7 +72,10 @@ def profile_toml(
     """A copy of the default profile with some lines replaced, written to directory/name.toml."""
     text = DEFAULT_PROFILE_TOML
     for old, new in replacements.items():
-        assert old in text, old
+        # one line each: a line that also matches elsewhere (say "rounds = 1", in
+        # [workload] and [ab]) would change both
+        found = text.count(old)
+        assert found == 1, f"{old!r} is in the profile {found} times: anchor on one line"
         text = text.replace(old, new)
     path = directory / f"{name}.toml"
     path.write_text(text)
@@ -231,7 +234,7 @@ def floor_baselines(profile: Path, key: str = "sweep.c1.agg_tok_s", golden_of: s
 def interrupt_perf_run(profile: Path, output: Path) -> tuple[int, str]:
     """`pytest suites/perf -m perf` on ``profile`` made long (50 rounds), Ctrl-C pressed
     once its sweep has started."""
-    profile.write_text(profile.read_text().replace("rounds = 1", "rounds = 50"))
+    profile.write_text(profile.read_text().replace("rounds = 1\n", "rounds = 50\n", 1))
     return interrupt_pytest(
         "suites/perf",
         "-m",

@@ -43,7 +43,7 @@ def test_server_that_cannot_start_gives_a_clear_error_and_leaves_nothing(tmp_pat
 
 
 def test_invalid_profile_is_rejected_before_any_server_starts(tmp_path):
-    bad = profile_toml({**TINY, "rounds = 1": "rounds = 1\nroundz = 2"}, tmp_path, name="tiny")
+    bad = profile_toml({**TINY, "rounds = 1\n": "rounds = 1\nroundz = 2\n"}, tmp_path, name="tiny")
     result = run_pytest("-m", "perf", f"--perf-profile={bad}")
     out = result.stdout + result.stderr
     assert result.returncode == 4, out  # pytest's usage error
@@ -52,7 +52,7 @@ def test_invalid_profile_is_rejected_before_any_server_starts(tmp_path):
 
 
 def test_ctrl_c_stops_the_server_and_keeps_the_run_json(tmp_path):
-    tiny = profile_toml({**TINY, "rounds = 1": "rounds = 50"}, tmp_path, name="tiny")
+    tiny = profile_toml({**TINY, "rounds = 1\n": "rounds = 50\n"}, tmp_path, name="tiny")
     before = owned_server_pids()
     code, out = interrupt_pytest(
         "suites/perf",  # the perf suite: correctness has its own tests
@@ -81,7 +81,7 @@ def test_sigterm_or_ctrl_c_during_update_leaves_the_previous_baseline_byte_ident
 
     from perfgate.launch import describe_local_hardware
 
-    long = {**TINY, "rounds = 1": "rounds = 50", "single_requests = 5": "single_requests = 30"}
+    long = {**TINY, "rounds = 1\n": "rounds = 50\n", "single_requests = 5": "single_requests = 30"}
     tiny = profile_toml(long, tmp_path, name="tiny")
     bdir = tmp_path / "baselines"
     previous = bdir / "tiny" / f"{describe_local_hardware()['key']}.json"
@@ -541,7 +541,7 @@ SLOTS = {
     **TINY,
     'name = "tiny"': 'name = "slots"',
     "levels = [1, 2]": "levels = [4]",
-    "rounds = 1": "rounds = 2",
+    "rounds = 1\n": "rounds = 2\n",
     "output_len = 8": "output_len = 32",
 }
 

@@ -49,7 +49,7 @@ SHARED = {
     'name = "tiny"': 'name = "shared"',
     "input_len = 32": 'input_len = 320\nprompts = "shared-prefix"\nprefix_len = 288',
     "levels = [1, 2]": "levels = [2]",
-    "rounds = 1": "rounds = 3",
+    "rounds = 1\n": "rounds = 3\n",
     # llama.cpp caches per slot: a warmup request per slot in flight primes each of them
     "warmup = 1": "warmup = 2",
     # the server's own prefix-cache hit rate (llamacpp:prompt_tokens_cached_total), gated
@@ -163,7 +163,7 @@ def test_spread_dataset_and_shared_prefix_lengths_are_exact_on_the_real_server(t
 RATE = {
     **TINY,
     'name = "tiny"': 'name = "rate"',
-    "rounds = 1": "rounds = 1\nrates = [2, 30]\nrate_requests = 16",
+    "rounds = 1\n": "rounds = 1\nrates = [2, 30]\nrate_requests = 16\n",
 }
 
 

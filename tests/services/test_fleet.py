@@ -143,7 +143,7 @@ def _gate_of(profile: Path) -> int | None:
 
 def test_a_node_lost_mid_run_fails_the_fleet_and_its_server_stops(cluster, tmp_path):
     ray_cluster, nodes = cluster
-    slow = {"levels = [1, 2]": "levels = [1, 2, 4, 8]", "rounds = 1": "rounds = 6"}
+    slow = {"levels = [1, 2]": "levels = [1, 2, 4, 8]", "rounds = 1\n": "rounds = 6\n"}
     b = fleet_profile(tmp_path, "fleet-b", "kind-b", **slow)
     c = fleet_profile(tmp_path, "fleet-c", "kind-c")  # no node offers kind-c
     out = tmp_path / "fleet"

@@ -323,3 +323,25 @@ def test_servers_that_do_not_both_fit_stop_the_run_saying_to_alternate(tmp_path,
     assert "set [ab] colocate = false in B's profile (or --alternate)" in run.reference_failed
     outcome = run.conclude(status=1)
     assert outcome.exit_code == 4 and "B was not judged" in outcome.lines[0], outcome
+
+
+def test_a_twin_check_asked_of_the_run_goes_to_both_sides(tmp_path):
+    """The lossless check (a ``twin`` marker) runs as ``[A]`` and ``[B]``: collection
+    hands its prompts to A's session too, not B's alone (A's check otherwise failed "no
+    twin check was selected when the run began", exit 4, with B unjudged)."""
+    from types import SimpleNamespace
+
+    from perfgate.plugin.hooks import pytest_collection_finish
+    from perfgate.plugin.state import AB_KEY, SESSION_KEY
+
+    twin = {"correctness": _profile().correctness.model_copy(update={"twin_profile": "twin"})}
+    a = _session(tmp_path, MockLlamaServer(), name="a", more=twin)
+    b = _session(tmp_path, MockLlamaServer(), name="b", more=twin)
+    check = SimpleNamespace(get_closest_marker={
+        "twin": pytest.mark.twin(prompts=["Hello"], max_tokens=4).mark,
+        "perf": pytest.mark.perf.mark,
+        "correctness": pytest.mark.correctness.mark,
+    }.get)  # fmt: skip
+    stash = {SESSION_KEY: b, AB_KEY: ABRun(a, b)}
+    pytest_collection_finish(SimpleNamespace(config=SimpleNamespace(stash=stash), items=[check]))
+    assert a.twin_request == b.twin_request == (["Hello"], 4)

@@ -188,15 +188,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Whether this session runs perf tests: then every baseline figure is judged at its
     end, including those of perf tests deselected with -k."""
     perf = session.config.stash.get(SESSION_KEY, None)
-    if perf is not None:
-        twins = [m.kwargs for item in session.items if (m := item.get_closest_marker("twin"))]
-        perf.selected(
-            perf_tests=any(  # a measuring perf test (the correctness checks are perf too)
-                item.get_closest_marker("perf") and not item.get_closest_marker("correctness")
-                for item in session.items
-            ),
-            twin=(list(twins[0]["prompts"]), int(twins[0]["max_tokens"])) if twins else None,
-        )
+    if perf is None:
+        return
+    twins = [m.kwargs for item in session.items if (m := item.get_closest_marker("twin"))]
+    twin = (list(twins[0]["prompts"]), int(twins[0]["max_tokens"])) if twins else None
+    perf_tests = any(  # a measuring perf test (the correctness checks are perf too)
+        item.get_closest_marker("perf") and not item.get_closest_marker("correctness")
+        for item in session.items
+    )
+    perf.selected(perf_tests=perf_tests, twin=twin)
+    if (ab := session.config.stash.get(AB_KEY, None)) is not None:
+        ab.a.selected(perf_tests=perf_tests, twin=twin)  # its checks run as [A]
 
 
 @pytest.hookimpl(wrapper=True)
