@@ -35,6 +35,10 @@ class Recording(MockLlamaServer):
         return super().handle(request)
 
 
+QUICK = {"ttft_s": 0.002, "itl_s": 0.0005}  # a tenth of the stand-in's delays: for tests
+# that count requests or compare answers, not timings
+
+
 def ab(tmp_path, a_server, b_server, said, **options):
     a = _session(tmp_path, a_server, name="a", said=said)
     b = _session(tmp_path, b_server, name="b", said=said)
@@ -119,7 +123,7 @@ class Rewording(Recording):
 
 def test_b_whose_greedy_answer_changed_fails_correctness_naming_the_prompt(tmp_path):
     said: list[str] = []
-    run = ab(tmp_path, Recording(), Rewording(), said, tolerance=0.5, max_pairs=8)
+    run = ab(tmp_path, Recording(**QUICK), Rewording(**QUICK), said, tolerance=0.5, max_pairs=8)
     run.measure()
     run.measure("again")  # a second measurement: the answers were compared once
     outcome = run.conclude(plots=False)
@@ -261,7 +265,7 @@ def test_ab_rounds_and_single_requests_make_the_pairs_runs_shorter(tmp_path):
     """B's [ab] rounds and single_requests set the requests of each A/B run (the same on
     both sides), in place of the workload's."""
     spec = _profile().ab.model_copy(update={"rounds": 1, "single_requests": 2})
-    a_server, b_server = Recording(), Recording()
+    a_server, b_server = Recording(**QUICK), Recording(**QUICK)
     a = _session(tmp_path, a_server, name="a")
     b = _session(tmp_path, b_server, name="b", more={"ab": spec})
     run = ABRun(a, b, ABOptions(tolerance=0.5), progress=lambda _: None)
@@ -279,7 +283,7 @@ def test_ab_warmup_sets_the_unmeasured_requests_before_each_pairs_run(tmp_path):
     seen = {}
     for warmup in (None, 0, 2):
         spec = _profile().ab.model_copy(update={"rounds": 1, "warmup": warmup})
-        a_server, b_server = Recording(), Recording()
+        a_server, b_server = Recording(**QUICK), Recording(**QUICK)
         a = _session(tmp_path / f"w{warmup}", a_server, name="a")
         b = _session(tmp_path / f"w{warmup}", b_server, name="b", more={"ab": spec})
         run = ABRun(a, b, ABOptions(tolerance=0.5), progress=lambda _: None)
